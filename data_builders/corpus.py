@@ -1,0 +1,163 @@
+"""Build retrieval corpora: cut articles into DPR-style 100-word passages, or pool the paragraphs
+that datasets ship into one deduplicated corpus.
+
+    python -m data_builders.corpus --shared-data ../shared/data -o runs/corpus.jsonl
+    python -m data_builders.corpus ircot:dev_subsampled.jsonl wiki.tsv -o runs/corpus.jsonl
+
+An input is ``PATH`` (format detected) or ``FORMAT:PATH`` with a format of
+:func:`data_builders.readers.read_corpus`. Output is canonical passage JSONL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from data_builders.readers import CORPUS_FORMATS, QA_FORMATS, read_corpus, write_passages_jsonl
+from data_builders.readers_common import make_passage, norm_ws
+from data_builders.schema import DataError, Passage, QAExample
+
+logger = logging.getLogger(__name__)
+
+# The development corpus of SPEC.md "Real data for development": every paragraph the question files
+# of its table ship (gold and distractors) plus the generic Wikipedia passages. Paths are relative
+# to shared/data; the second item is the read_corpus format.
+SHARED_CORPUS_INPUTS: tuple[tuple[str, str], ...] = (
+    ("hotpotqa/dev_subsampled.jsonl", "ircot"),
+    ("2wikimultihopqa/migres/wikihop.json", "2wikimultihopqa"),
+    ("musique/migres/musique.json", "musique"),
+    ("strategyqa/migres/strategyQA_aug_context.jsonl", "strategyqa_paragraphs"),
+    ("squad/dev-v1.1.json", "squad"),
+    ("squad/test-v1.1.json", "squad"),
+    ("popqa/hipporag2_subset_via_NeuroPath/popqa.json", "popqa_json"),
+    ("wiki_corpus/sample_data.jsonl", "flashrag_jsonl"),
+    ("wiki_corpus/2wikimultihopqa_corpus.json", "title_text_json"),
+)
+
+
+def split_into_passages(articles: Iterable[tuple[str, str]], words: int = 100) -> list[Passage]:
+    """Cut ``(title, text)`` articles into passages of ``words`` whitespace tokens, as DPR built
+    ``psgs_w100.tsv`` (the last passage of an article may be shorter). Ids are content hashes, so
+    the same input always gives the same ids and pooling with other sources cannot collide."""
+    if words < 1:
+        raise ValueError(f"words must be >= 1, got {words}")
+    passages = []
+    for title, text in articles:
+        tokens = text.split()
+        for start in range(0, len(tokens), words):
+            passages.append(make_passage(title, " ".join(tokens[start : start + words])))
+    return passages
+
+
+@dataclass
+class PoolStats:
+    """What pooling did: passages seen, kept, merged as duplicates, dropped for empty text."""
+
+    seen: int = 0
+    kept: int = 0
+    duplicates: int = 0
+    empty: int = 0
+
+
+def pool_corpus_with_stats(sources: Iterable[Iterable[Passage | QAExample]]) -> tuple[list[Passage], PoolStats]:
+    """Like :func:`pool_corpus`, also returning the counts."""
+    stats = PoolStats()
+    by_key: dict[tuple[str, str], Passage] = {}
+    by_id: dict[str, tuple[str, str]] = {}
+    for i, source in enumerate(sources):
+        for item in source:
+            for p in item.gold_passages if isinstance(item, QAExample) else [item]:
+                stats.seen += 1
+                key = (norm_ws(p.title), norm_ws(p.text))
+                if not key[1]:
+                    stats.empty += 1
+                elif key in by_key:
+                    stats.duplicates += 1
+                elif by_id.setdefault(p.id, key) != key:
+                    raise DataError(
+                        f"id '{p.id}' names two different passages (titles '{by_id[p.id][0]}' and '{key[0]}')",
+                        source=f"pool_corpus input {i}",
+                        field="id",
+                    )
+                else:
+                    by_key[key] = p
+    stats.kept = len(by_key)
+    if stats.empty:
+        logger.warning("pool_corpus: skipped %d passages with empty text", stats.empty)
+    return list(by_key.values()), stats
+
+
+def pool_corpus(sources: Iterable[Iterable[Passage | QAExample]]) -> list[Passage]:
+    """Pool passages from several sources into one corpus, first occurrence wins.
+
+    A source is a list of passages (e.g. ``read_corpus(file)``, which gives all paragraphs a question
+    file ships) or of QA examples (their gold passages only). Passages are the same when title and
+    text match after collapsing whitespace; empty texts are dropped with a logged count. Two
+    different passages with one id raise ``DataError``.
+    """
+    return pool_corpus_with_stats(sources)[0]
+
+
+def find_shared_data_dir() -> Path | None:
+    """``shared/data`` beside the project checkout (the development layout), if it exists."""
+    candidate = Path(__file__).resolve().parents[2] / "shared" / "data"
+    return candidate if candidate.is_dir() else None
+
+
+def pooled_shared_corpus(shared_data_dir: str | Path) -> list[Passage]:
+    """The SPEC.md development corpus from a ``shared/data`` directory (:data:`SHARED_CORPUS_INPUTS`)."""
+    root = Path(shared_data_dir)
+    if not root.is_dir():
+        raise DataError("no such directory (the shared development data)", source=str(root))
+    return pool_corpus(read_corpus(root / rel, fmt) for rel, fmt in SHARED_CORPUS_INPUTS)  # type: ignore[arg-type]
+
+
+def parse_input(spec: str) -> tuple[Path, str | None]:
+    """``FORMAT:PATH`` or ``PATH``; only a known format name counts as a prefix."""
+    head, sep, tail = spec.partition(":")
+    if sep and head in CORPUS_FORMATS + QA_FORMATS:
+        return Path(tail), head
+    return Path(spec), None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m data_builders.corpus",
+        description="Pool passages and the paragraphs question files ship into one canonical corpus JSONL.",
+    )
+    parser.add_argument(
+        "inputs",
+        nargs="*",
+        help=f"PATH or FORMAT:PATH; formats: {', '.join(CORPUS_FORMATS)} or a QA format that ships paragraphs",
+    )
+    parser.add_argument("--shared-data", type=Path, help="add the SPEC.md development corpus from this shared/data dir")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="canonical passage JSONL to write")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+    specs = [parse_input(s) for s in args.inputs]
+    if args.shared_data:
+        specs += [(args.shared_data / rel, fmt) for rel, fmt in SHARED_CORPUS_INPUTS]
+    if not specs:
+        parser.error("give at least one input or --shared-data")
+    try:
+        sources = []
+        for path, fmt in specs:
+            sources.append(read_corpus(path, fmt))  # type: ignore[arg-type]
+            print(f"{len(sources[-1]):>7} passages  {path}" + (f"  ({fmt})" if fmt else ""))
+        passages, stats = pool_corpus_with_stats(sources)
+    except DataError as e:
+        parser.exit(2, f"error: {e}\n")
+    write_passages_jsonl(passages, args.output)
+    print(
+        f"{stats.kept:>7} passages written to {args.output} "
+        f"({stats.seen} read, {stats.duplicates} duplicates merged, {stats.empty} empty dropped)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

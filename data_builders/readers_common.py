@@ -1,0 +1,265 @@
+"""Plumbing shared by the dataset readers: locations for error messages, JSON/JSONL/TSV loading,
+stable passage ids and field checks.
+
+Every reader reports bad input as a :class:`DataError` that names the file, the line (JSONL, TSV:
+1-based) or record index (JSON arrays), and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from data_builders.schema import DataError, Passage, QAExample
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Loc:
+    """Where a record came from: ``line`` for line-based files, ``record`` for JSON arrays."""
+
+    path: str
+    line: int | None = None
+    record: int | str | None = None
+
+    @property
+    def source(self) -> str:
+        return f"{self.path}, line {self.line}" if self.line is not None else self.path
+
+    def error(self, message: str, field: str | None = None) -> DataError:
+        return DataError(message, source=self.source, record=self.record, field=field)
+
+    def sub(self, record: int | str) -> Loc:
+        """A nested record (a SQuAD question inside an article, a paragraph inside a question)."""
+        inner = record if self.record is None else f"{self.record}/{record}"
+        return Loc(self.path, self.line, inner)
+
+
+Record = tuple[Loc, Any]
+
+
+@dataclass
+class Parsed:
+    """One question as a format parser sees it. ``example`` is None when the record is skipped on
+    purpose (``skip_reason`` says why); its ``paragraphs`` (all it ships, gold or not) still count."""
+
+    example: QAExample | None
+    paragraphs: list[Passage] = field(default_factory=list)
+    skip_reason: str | None = None
+
+
+def existing_file(path: str | Path) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise DataError("no such file" if not p.exists() else "not a file", source=str(p))
+    return p
+
+
+def _read_text(path: Path) -> str:
+    try:
+        # utf-8-sig: tolerate a byte-order mark, which some Windows-edited files carry.
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(f"not UTF-8 ({e.reason} at byte {e.start})", source=str(path)) from e
+
+
+def iter_jsonl(path: str | Path) -> Iterator[Record]:
+    """Yield ``(Loc(line=n), object)`` for each non-blank line (n is 1-based)."""
+    p = existing_file(path)
+    # Split on "\n" only: str.splitlines() would also split on U+2028 etc. inside strings.
+    for n, line in enumerate(_read_text(p).split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield Loc(str(p), line=n), json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"malformed JSON ({e.msg}, column {e.colno})", source=f"{p}, line {n}") from e
+
+
+def load_json_records(path: str | Path) -> list[Record]:
+    """Records of a ``.json`` or ``.jsonl`` file, whatever the extension says.
+
+    A JSON array gives one record per element (``Loc.record`` = index); a JSON object gives one
+    record; JSON Lines (several shipped ``.json`` files are JSONL) give one record per line.
+    """
+    p = existing_file(path)
+    if p.suffix == ".jsonl":
+        return list(iter_jsonl(p))
+    text = _read_text(p)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        if e.msg == "Extra data":  # a second top-level value: JSON Lines
+            return list(iter_jsonl(p))
+        raise DataError(f"malformed JSON ({e.msg}, line {e.lineno} column {e.colno})", source=str(p)) from e
+    if isinstance(data, list):
+        return [(Loc(str(p), record=i), obj) for i, obj in enumerate(data)]
+    return [(Loc(str(p)), data)]
+
+
+def iter_tsv(path: str | Path, header: bool = True) -> Iterator[tuple[Loc, list[str], list[str] | None]]:
+    """Yield ``(loc, row, header)`` for each data row of a tab-separated file.
+
+    Uses ``csv`` (not line splitting): fields may be quoted and may hold tabs or odd newlines.
+    """
+    p = existing_file(path)
+    with p.open(encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f, delimiter="\t")
+        names = next(reader, None) if header else None
+        if header and names is None:
+            raise DataError("empty file, expected a header row", source=str(p))
+        for row in reader:
+            if not any(cell.strip() for cell in row):
+                continue
+            yield Loc(str(p), line=reader.line_num), row, names
+
+
+# Tokens in a file or folder name that identify a dataset, for ``metadata["source"]`` of formats
+# that do not say which dataset they hold (plain question/answer files, IRCoT processed data).
+_DATASET_TOKENS = {
+    "hotpot": "hotpotqa",
+    "hotpotqa": "hotpotqa",
+    "2wiki": "2wikimultihopqa",
+    "2wikimultihop": "2wikimultihopqa",
+    "2wikimultihopqa": "2wikimultihopqa",
+    "musique": "musique",
+    "bamboogle": "bamboogle",
+    "nq": "nq",
+    "trivia": "triviaqa",
+    "triviaqa": "triviaqa",
+    "popqa": "popqa",
+    "strategyqa": "strategyqa",
+    "squad": "squad",
+    "iirc": "iirc",
+}
+
+
+def dataset_name(path: str | Path) -> str:
+    """The dataset a file holds, from the nearest file/folder name with a known dataset token
+    (``triviaqa/topics.dpr.trivia.dev.txt`` -> ``triviaqa``); else the file's stem."""
+    p = Path(path)
+    for part in reversed(p.parts):
+        for token in re.split(r"[^0-9a-z]+", part.lower()):
+            if token in _DATASET_TOKENS:
+                return _DATASET_TOKENS[token]
+    return p.stem
+
+
+def norm_ws(s: str) -> str:
+    """Collapse runs of whitespace; the dedup and id key of a passage uses this form."""
+    return " ".join(s.split())
+
+
+def passage_id(title: str, text: str) -> str:
+    """Stable id from content: the same paragraph shipped by several questions or files gets the
+    same id, so gold passages of questions match the pooled corpus."""
+    key = f"{norm_ws(title)}\n{norm_ws(text)}".encode()
+    return "h" + hashlib.sha1(key).hexdigest()[:16]
+
+
+def make_passage(title: str, text: str) -> Passage:
+    return Passage(id=passage_id(title, text), title=title, text=text)
+
+
+def require(obj: Any, key: str, loc: Loc) -> Any:
+    if not isinstance(obj, dict):
+        raise loc.error(f"expected an object, got {type(obj).__name__}")
+    if key not in obj:
+        raise loc.error("missing", field=key)
+    return obj[key]
+
+
+def require_str(obj: Any, key: str, loc: Loc, nonempty: bool = True) -> str:
+    value = require(obj, key, loc)
+    if not isinstance(value, str):
+        raise loc.error(f"expected a string, got {type(value).__name__}", field=key)
+    if nonempty and not value.strip():
+        raise loc.error("empty", field=key)
+    return value
+
+
+def require_list(obj: Any, key: str, loc: Loc) -> list[Any]:
+    value = require(obj, key, loc)
+    if not isinstance(value, list):
+        raise loc.error(f"expected a list, got {type(value).__name__}", field=key)
+    return value
+
+
+def answer_list(value: Any, loc: Loc, key: str) -> list[str]:
+    """Gold answers from a string or a list of strings; blanks dropped, order kept, duplicates removed.
+    No answer left is an error: a question without a gold answer cannot be scored."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise loc.error("expected a string or a list of strings", field=key)
+    answers = list(dict.fromkeys(a.strip() for a in value if a.strip()))
+    if not answers:
+        raise loc.error("no non-empty answer", field=key)
+    return answers
+
+
+def json_list_string(value: Any, loc: Loc, key: str) -> list[str]:
+    """PopQA stores answer aliases as a JSON-encoded list inside a string."""
+    if isinstance(value, list):
+        return answer_list(value, loc, key)
+    if not isinstance(value, str):
+        raise loc.error(f"expected a JSON list string, got {type(value).__name__}", field=key)
+    try:
+        return answer_list(json.loads(value), loc, key)
+    except json.JSONDecodeError as e:
+        raise loc.error(f"malformed JSON list string ({e.msg})", field=key) from e
+
+
+def as_int(value: Any, loc: Loc, key: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError) as e:
+        raise loc.error(f"expected an integer, got {value!r}", field=key) from e
+
+
+def collect(parsed: Iterable[Parsed], source: str, limit: int | None = None) -> list[QAExample]:
+    """Keep the examples, count and log the records skipped on purpose, stop after ``limit`` kept."""
+    examples: list[QAExample] = []
+    skipped: Counter[str] = Counter()
+    for item in parsed:
+        if limit is not None and len(examples) >= limit:
+            break
+        if item.example is None:
+            skipped[item.skip_reason or "unspecified"] += 1
+        else:
+            examples.append(item.example)
+    for reason, n in skipped.items():
+        logger.warning("%s: skipped %d records (%s)", source, n, reason)
+    return examples
+
+
+def dedup_by_id(items: Iterable[tuple[Loc, Passage]], source: str) -> list[Passage]:
+    """Distinct passages in first-seen order. Empty texts are dropped with a logged count; one id
+    naming two different passages is an error (ids must be unique in a corpus)."""
+    seen: dict[str, tuple[Loc, Passage]] = {}
+    empty = repeats = 0
+    for loc, p in items:
+        if not p.text.strip():
+            empty += 1
+            continue
+        if p.id in seen:
+            first_loc, first = seen[p.id]
+            if (norm_ws(first.title), norm_ws(first.text)) != (norm_ws(p.title), norm_ws(p.text)):
+                raise loc.error(f"id '{p.id}' already names a different passage ({first_loc.source})", field="id")
+            repeats += 1
+            continue
+        seen[p.id] = (loc, p)
+    if empty:
+        logger.warning("%s: skipped %d passages with empty text", source, empty)
+    if repeats:
+        logger.info("%s: %d repeated passages merged", source, repeats)
+    return [p for _, p in seen.values()]

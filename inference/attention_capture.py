@@ -1,0 +1,80 @@
+"""Capture the last layer's attention row of each newly fed token while generating, without a second pass.
+
+One attention function is registered with transformers' ``AttentionInterface`` and serves every layer: layers
+without a capture buffer (all but the last) and prefill steps take the fast SDPA path; the last layer, during
+one-token decode steps, runs the eager computation ``softmax(QKᵀ·scale + mask)`` and keeps the row of the
+newest query, heads aggregated (mean or max), shape (B, kv_len). Prompt rows are never materialised.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+ATTN_NAME = "last_layer_capture"
+HeadReduce = Literal["mean", "max"]
+
+
+class CaptureBuffer:
+    """Holds the most recent decode-step attention row of the last layer: (B, kv_len), heads aggregated."""
+
+    def __init__(self, reduce: HeadReduce = "mean"):
+        if reduce not in ("mean", "max"):
+            raise ValueError(f"head reduction must be 'mean' or 'max', got '{reduce}'")
+        self.reduce = reduce
+        self.row: torch.Tensor | None = None
+
+
+def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """(B, H_kv, T, D) -> (B, H_kv * n_rep, T, D) for grouped-query attention."""
+    if n_rep == 1:
+        return x
+    b, h, t, d = x.shape
+    return x[:, :, None].expand(b, h, n_rep, t, d).reshape(b, h * n_rep, t, d)
+
+
+def capture_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    buffer: CaptureBuffer | None = getattr(module, "signal_capture", None)
+    if buffer is None or query.shape[2] != 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                                      **kwargs)
+    n_rep = query.shape[1] // key.shape[1]
+    k, v = _repeat_kv(key, n_rep), _repeat_kv(value, n_rep)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    scores = torch.matmul(query.float(), k.float().transpose(2, 3)) * scale  # (B, H, 1, K)
+    if attention_mask is not None:
+        mask = attention_mask[:, :, :, : k.shape[-2]]
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool else scores + mask
+    weights = torch.softmax(scores, dim=-1)  # (B, H, 1, K), float32
+    row = weights[:, :, 0, :]
+    buffer.row = row.mean(dim=1) if buffer.reduce == "mean" else row.amax(dim=1)
+    out = torch.matmul(weights.to(v.dtype), v)  # (B, H, 1, D)
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(ATTN_NAME, capture_attention_forward)
+# The custom function reads boolean masks (True = attend), exactly what SDPA gets.
+AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
+
+
+def last_attention_module(model) -> torch.nn.Module:
+    """The self-attention module of the model's last decoder layer (found by ``layer_idx``)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    last = base.config.get_text_config().num_hidden_layers - 1
+    for name, module in base.named_modules():
+        if getattr(module, "layer_idx", None) == last and name.endswith(("self_attn", "attention", "attn")):
+            return module
+    raise ValueError(f"cannot find the last layer's attention module in {type(base).__name__}")
+
+
+def install_capture(model, reduce: HeadReduce = "mean") -> CaptureBuffer:
+    """Switch ``model`` to the capturing attention function and attach a buffer to its last layer."""
+    model.set_attn_implementation(ATTN_NAME)
+    module = last_attention_module(model)
+    buffer = CaptureBuffer(reduce)
+    module.signal_capture = buffer
+    return buffer

@@ -1,0 +1,180 @@
+"""The shared dynamic-RAG engine: many questions generate in one batch; a question whose trigger fires leaves the
+batch, retrieves (batched with the others that fired in the same step), and rejoins with a new prompt while the
+rest keep decoding.
+
+Per question it keeps a provenance record (FlashRAG-style): output, every retrieval (round, position, trigger
+score, query, document ids), LLM forward passes, generated tokens (kept and discarded), rounds.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from data_builders.schema import Passage, QAExample
+from inference.decoder import BatchDecoder, Sequence
+from inference.methods import MethodConfig, RoundView, check_trigger, form_query
+from inference.prompts import PromptBuilder
+from inference.text_units import TokenText, ends_sentence
+from retrieval_adapt.base import Retriever
+
+ANSWER_MARKER = re.compile(r"the answer is", re.IGNORECASE)
+
+
+@dataclass
+class EngineConfig:
+    batch_size: int = 16  # questions decoding together
+    max_new_tokens: int = 100  # answer length budget (DRAGIN: HotpotQA 100, 2Wiki 64, IIRC 128)
+    stop_after_answer: bool = True  # stop once "the answer is ..." sentence is complete (FS/FL-RAG need it)
+    head_reduce: str = "mean"  # attention heads: mean (paper) or max
+
+    def __post_init__(self):
+        if self.batch_size <= 0 or self.max_new_tokens <= 0:
+            raise ValueError("batch_size and max_new_tokens must be positive")
+
+
+@dataclass
+class QuestionState:
+    example: QAExample
+    prior: str = ""  # answer text kept from earlier rounds (already in the prompt)
+    docs: list[Passage] = field(default_factory=list)
+    retrievals: list[dict[str, Any]] = field(default_factory=list)
+    forward_passes: int = 0
+    generated_tokens: int = 0
+    rounds: int = 0
+    output: str | None = None
+    # set while a round is in flight
+    view: RoundView | None = None
+    seq: Sequence | None = None
+    prompt_ids: list[int] = field(default_factory=list)
+
+    def record(self) -> dict[str, Any]:
+        ex = self.example
+        return {"id": ex.id, "question": ex.question, "answers": ex.answers, "output": self.output,
+                "retrievals": self.retrievals, "llm_forward_passes": self.forward_passes,
+                "generated_tokens": self.generated_tokens, "output_tokens": None, "rounds": self.rounds}
+
+
+class DynamicRAGEngine:
+    """``run(examples) -> records`` for any :class:`MethodConfig` over one model, tokenizer and retriever."""
+
+    def __init__(self, model, tokenizer, retriever: Retriever | None, prompts: PromptBuilder,
+                 method: MethodConfig, cfg: EngineConfig | None = None):
+        self.model, self.tokenizer, self.retriever = model, tokenizer, retriever
+        self.prompts, self.method, self.cfg = prompts, method, cfg or EngineConfig()
+        if method.trigger != "never" and retriever is None:
+            raise ValueError(f"method '{method.method}' retrieves but no retriever was given")
+        self.text = TokenText(tokenizer)
+        needs_rows = method.trigger == "rind" or method.query == "qfs"
+        self.decoder = BatchDecoder(model, tokenizer, reduce=self.cfg.head_reduce, capture=needs_rows,
+                                    stop_token_ids=_stop_ids(tokenizer))
+
+    # -- prompts ------------------------------------------------------------------------------------------
+    def _start_round(self, state: QuestionState) -> Sequence:
+        prompt = self.prompts.build(state.example.question, state.docs, state.prior)
+        enc = self.tokenizer(prompt.text, add_special_tokens=False, return_offsets_mapping=True)
+        ids = enc["input_ids"]
+        q0, q1 = prompt.question_span
+        offsets = enc.get("offset_mapping") or [(0, 0)] * len(ids)
+        # QFS may draw words from the question and the answer so far, never from demos, documents or template.
+        eligible = [(q0 <= a and b <= q1) or a >= prompt.prior_start for a, b in offsets]
+        budget = max(1, self.cfg.max_new_tokens - len(self.tokenizer.encode(state.prior, add_special_tokens=False)))
+        seq = Sequence(key=state, prompt_ids=ids, max_new_tokens=budget)
+        state.seq, state.prompt_ids, state.rounds = seq, ids, state.rounds + 1
+        state.view = RoundView(state.example.question, [], [], [], [], self.text.pieces(ids), eligible)
+        return seq
+
+    # -- main loop ----------------------------------------------------------------------------------------
+    def run(self, examples: list[QAExample], *, show_progress: bool = True) -> list[dict[str, Any]]:
+        states = [QuestionState(ex) for ex in examples]
+        waiting: deque[QuestionState] = deque()
+        to_retrieve: list[tuple[QuestionState, str, float, int]] = []
+        for st in states:
+            if self.method.retrieves_first and self.method.max_rounds > 0:
+                to_retrieve.append((st, st.example.question, 0.0, 0))
+            else:
+                waiting.append(st)
+        bar = tqdm(total=len(states), desc=self.method.method, disable=not show_progress, unit="q")
+        start = time.perf_counter()
+        while waiting or to_retrieve or self.decoder.active:
+            if to_retrieve:
+                waiting.extend(self._retrieve(to_retrieve))
+                to_retrieve = []
+            room = self.cfg.batch_size - len(self.decoder.active)
+            if waiting and room > 0:
+                self.decoder.admit([self._start_round(waiting.popleft()) for _ in range(min(room, len(waiting)))])
+            else:
+                self.decoder.step()
+            finished, leaving = self._inspect(to_retrieve)
+            self.decoder.remove(finished + leaving)
+            bar.update(len(finished))
+        bar.close()
+        elapsed = time.perf_counter() - start
+        records = [st.record() for st in states]
+        for r in records:
+            r["seconds"] = elapsed / max(1, len(records))  # batch wall time shared evenly
+            r["output_tokens"] = len(self.tokenizer.encode(r["output"] or "", add_special_tokens=False))
+        return records
+
+    def _inspect(self, to_retrieve) -> tuple[list[Sequence], list[Sequence]]:
+        """After a step: sync each sequence's view, finish the done ones, pull out those whose trigger fired."""
+        finished, leaving = [], []
+        for seq in list(self.decoder.seqs):
+            st: QuestionState = seq.key
+            view = st.view
+            n_fed = len(seq.rows) if self.decoder.buffer is not None else max(0, len(seq.gen_ids) - 1)
+            if seq.done:
+                n_fed = len(seq.gen_ids)
+            view.pieces = self.text.pieces(seq.gen_ids[:n_fed])
+            view.probs, view.entropies, view.rows = seq.probs[:n_fed], seq.entropies[:n_fed], seq.rows[:n_fed]
+            nxt = "" if seq.done else self.text.piece(seq.gen_ids[-1]) if len(seq.gen_ids) > n_fed else ""
+            sentence_end = ends_sentence(view.text, nxt) if view.pieces else False
+            final = seq.done or self._answer_complete(st, view.text, sentence_end)
+            event = None
+            if st.rounds <= self.method.max_rounds and len(st.retrievals) < self.method.max_rounds:
+                event = check_trigger(view, self.method, sentence_end=sentence_end, final=final)
+            if event is not None:
+                self._close_round(st, seq, keep=event.keep)
+                query = form_query(view, event, self.method)
+                to_retrieve.append((st, query, event.score, len(self.tokenizer.encode(st.prior))))
+                leaving.append(seq)
+            elif final:
+                self._close_round(st, seq, keep=len(view.pieces))
+                st.output = st.prior.strip()
+                finished.append(seq)
+            elif sentence_end:
+                view.checked = len(view.pieces)
+        return finished, leaving
+
+    def _answer_complete(self, st: QuestionState, text: str, sentence_end: bool) -> bool:
+        return self.cfg.stop_after_answer and sentence_end and bool(ANSWER_MARKER.search(st.prior + text))
+
+    def _close_round(self, st: QuestionState, seq: Sequence, keep: int) -> None:
+        st.prior += self.tokenizer.decode(seq.gen_ids[:keep], skip_special_tokens=True)
+        st.forward_passes += seq.forward_passes
+        st.generated_tokens += len(seq.gen_ids)
+        seq.done = True
+
+    def _retrieve(self, jobs: list[tuple[QuestionState, str, float, int]]) -> list[QuestionState]:
+        """One batched search for every question that fired in this step; new documents replace the old."""
+        hits = self.retriever.search([q for _, q, _, _ in jobs], self.method.top_k)
+        for (st, query, score, position), found in zip(jobs, hits):
+            st.docs = [h.passage for h in found]
+            st.retrievals.append({"round": st.rounds, "position": position, "trigger_score": score,
+                                  "query": query, "doc_ids": [p.id for p in st.docs]})
+        return [st for st, _, _, _ in jobs]
+
+
+def _stop_ids(tokenizer) -> set[int]:
+    """EOS plus chat end-of-turn tokens (SmolLM2 ends a turn with <|im_end|>)."""
+    ids = set()
+    for tok in ("<|im_end|>", "<|eot_id|>", "<|end|>", "</s>", "<|endoftext|>"):
+        tid = tokenizer.convert_tokens_to_ids(tok)
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id:
+            ids.add(tid)
+    return ids

@@ -1,0 +1,130 @@
+"""Evaluate any method on any dataset with any checkpoint.
+
+    python -m inference.evaluate --method dragin --dataset world-two-hop --limit 50 --output_dir runs/eval/dragin
+    python -m inference.evaluate config.yaml --theta 1.2            # YAML, then command-line overrides
+    accelerate launch -m inference.evaluate config.yaml             # data-parallel: one shard per process
+
+Writes ``predictions.jsonl`` (one provenance record per question), ``metrics.json`` and ``config.yaml`` into
+``output_dir``. A rerun with the same folder resumes: questions already in predictions are never run again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from inference.config import parse_config, run_cli, save_config
+from inference.engine import EngineConfig
+from inference.methods import MethodConfig
+from inference.prompts import PromptConfig
+from inference.scoring import summarise
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class EvalConfig:
+    model: str = field(default="smollm2-135m", metadata={"help": "embedded name, hub id, model or adapter folder"})
+    dataset: str = field(default="world-two-hop", metadata={"help": "world-single-hop|world-two-hop|world-common or"
+                                                                     " a QA file"})
+    dataset_format: str | None = None
+    start: int = 0
+    limit: int | None = None
+    index: str | None = field(default=None, metadata={"help": "index folder (None: BM25 over the embedded world)"})
+    query_encoder: str | None = None
+    output_dir: str = "runs/eval/latest"
+    dtype: str = "auto"
+    device: str = "auto"
+    chunk_size: int = 64  # questions per chunk; results are flushed to disk after each chunk
+    world_seed: int = 0
+    show_progress: bool = True
+
+    def __post_init__(self):
+        if self.chunk_size <= 0 or (self.limit is not None and self.limit <= 0):
+            raise ValueError("chunk_size and limit must be positive")
+
+
+def read_done(out: Path) -> dict[str, dict[str, Any]]:
+    """Records already written by any process (resume), keyed by question id; a torn last line is dropped."""
+    done: dict[str, dict[str, Any]] = {}
+    for path in sorted(out.glob("predictions*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the line an interrupted write left half-written; that question runs again
+            done[rec["id"]] = rec
+    return done
+
+
+def make_runner(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig):
+    """A callable ``examples -> records`` for the configured method."""
+    from inference.engine import DynamicRAGEngine
+    from inference.eval_data import load_eval_retriever
+    from inference.models import ModelOptions, load_causal_lm
+    from inference.prompts import PromptBuilder
+
+    model, tokenizer = load_causal_lm(cfg.model, ModelOptions(dtype=cfg.dtype, device=cfg.device))
+    retriever = None if method.trigger == "never" else load_eval_retriever(
+        cfg.index, cfg.dataset, query_encoder=cfg.query_encoder, world_seed=cfg.world_seed)
+    eng = DynamicRAGEngine(model, tokenizer, retriever, PromptBuilder(tokenizer, prompt), method, engine)
+    return lambda examples: eng.run(examples, show_progress=False)
+
+
+def evaluate(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig) -> dict[str, Any]:
+    from accelerate import PartialState
+    from tqdm.auto import tqdm
+
+    from inference.eval_data import load_examples
+    from inference.metrics import extract_answer
+
+    state = PartialState()
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    examples = load_examples(cfg.dataset, fmt=cfg.dataset_format, start=cfg.start, limit=cfg.limit,
+                             world_seed=cfg.world_seed)
+    ids = [e.id for e in examples]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"dataset {cfg.dataset} has duplicate question ids; resume needs unique ids")
+    done = read_done(out)
+    todo = [e for e in examples if e.id not in done][state.process_index::state.num_processes]
+    if state.is_main_process:
+        save_config(out / "config.yaml", cfg, method, prompt, engine)
+        print(f"{len(examples)} questions, {len(done)} already done, {len(todo)} to run here")
+    shard = out / (f"predictions.rank{state.process_index}.jsonl" if state.num_processes > 1 else "predictions.jsonl")
+    if todo:
+        run = make_runner(cfg, method, prompt, engine)
+        bar = tqdm(total=len(todo), desc=method.method, disable=not (cfg.show_progress and state.is_main_process))
+        for s in range(0, len(todo), cfg.chunk_size):
+            chunk = todo[s:s + cfg.chunk_size]
+            records = run(chunk)
+            with shard.open("a", encoding="utf-8") as f:
+                for rec in records:
+                    rec["answer"] = extract_answer(rec["output"] or "")
+                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            bar.update(len(chunk))
+        bar.close()
+    state.wait_for_everyone()
+    if not state.is_main_process:
+        return {}
+    records = [r for i, r in read_done(out).items() if i in set(ids)]
+    metrics = summarise(records, dataset=cfg.dataset)
+    metrics.update({"method": method.method, "model": cfg.model, "dataset": cfg.dataset})
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    print(json.dumps(metrics, indent=2))
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> None:
+    configs = parse_config((EvalConfig, MethodConfig, PromptConfig, EngineConfig), argv,
+                           prog="python -m inference.evaluate")
+    evaluate(*configs)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    sys.exit(run_cli(main))

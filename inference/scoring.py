@@ -1,0 +1,36 @@
+"""Turn prediction records into the metrics table: answer quality and efficiency per question."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inference.metrics import aggregate, score, yes_no_em
+
+YES_NO_DATASETS = ("strategyqa",)
+
+
+def score_record(rec: dict[str, Any]) -> dict[str, float]:
+    """EM/F1/precision on the extracted answer; contained accuracy on the whole output (PopQA's metric)."""
+    output = rec.get("output") or ""
+    row = score(output, rec["answers"], extract=True)
+    row["acc"] = score(output, rec["answers"], extract=False)["acc"]
+    row["yes_no_em"] = yes_no_em(output, rec["answers"]) if _is_yes_no(rec["answers"]) else row["em"]
+    return row
+
+
+def _is_yes_no(answers: list[str]) -> bool:
+    return all(a.strip().lower() in ("yes", "no", "true", "false") for a in answers)
+
+
+def summarise(records: list[dict[str, Any]], dataset: str = "") -> dict[str, Any]:
+    if not records:
+        return {"n": 0}
+    quality = aggregate([score_record(r) for r in records])
+    n = len(records)
+    efficiency = {
+        "retrieval_calls": sum(len(r.get("retrievals", [])) for r in records) / n,
+        "llm_forward_passes": sum(r.get("llm_forward_passes", 0) for r in records) / n,
+        "generated_tokens": sum(r.get("generated_tokens", 0) for r in records) / n,
+        "seconds_per_question": sum(r.get("seconds", 0.0) for r in records) / n,
+    }
+    return {**quality, **efficiency}

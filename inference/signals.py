@@ -1,0 +1,132 @@
+"""DRAGIN's signals as pure functions over recorded generation signals (hand-checkable; no model here).
+
+Definitions (SPEC.md, DRAGIN paper): for generated tokens t_1..t_n,
+
+* ``H_i = -Σ_v p_i(v) log p_i(v)``: recorded by the decoder;
+* ``a_max(i) = max_{j>i} A[j, i]``: the most last-layer attention any later generated token pays to t_i;
+* ``s_i = 0`` when t_i's word is a stopword (or has no letter/digit), else 1;
+* ``S_RIND(t_i) = H_i · a_max(i) · s_i`` computed on words (sub-word pieces merged).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from spacy.lang.en.stop_words import STOP_WORDS
+
+WordAgg = Literal["mean", "max", "sum"]
+
+
+def is_content_word(word: str) -> bool:
+    """``s_i``: 1 for a word with a letter or digit that is not on spaCy's English stopword list."""
+    w = word.strip().strip(".,;:!?\"'()[]{}").lower()
+    return bool(w) and any(c.isalnum() for c in w) and w not in STOP_WORDS
+
+
+def group_words(pieces: list[str]) -> list[list[int]]:
+    """Token indices grouped into words. A piece starts a new word when it begins with white space, or when
+    punctuation meets a letter/digit across the boundary (so "Paris." is two words: "Paris", ".")."""
+    words: list[list[int]] = []
+    for i, piece in enumerate(pieces):
+        if not words or not piece or piece[0].isspace():
+            words.append([i])
+            continue
+        prev = pieces[i - 1]
+        if not prev or prev[-1].isalnum() != piece[0].isalnum():
+            words.append([i])
+        else:
+            words[-1].append(i)
+    return words
+
+
+def a_max(rows: list[torch.Tensor], prompt_len: int, n: int | None = None) -> torch.Tensor:
+    """``a_max(i) = max_{j>i} rows[j][prompt_len + i]`` for generated tokens i < n; 0 where no later row exists.
+
+    ``rows[j]`` is the attention row of generated token j over positions ``0 .. prompt_len + j``.
+    """
+    n = len(rows) if n is None else n
+    out = torch.zeros(n)
+    for j in range(1, len(rows)):
+        upto = min(j, n)
+        if upto:
+            out[:upto] = torch.maximum(out[:upto], rows[j][prompt_len:prompt_len + upto])
+    return out
+
+
+def _agg(values: list[float], how: WordAgg) -> float:
+    if how == "mean":
+        return sum(values) / len(values)
+    if how == "max":
+        return max(values)
+    return sum(values)
+
+
+@dataclass
+class WordScore:
+    word: str
+    tokens: list[int]  # generated-token indices
+    entropy: float
+    attention: float
+    content: bool
+
+    @property
+    def score(self) -> float:
+        return self.entropy * self.attention * float(self.content)
+
+
+def rind_word_scores(pieces: list[str], entropies: list[float], amax: torch.Tensor, *,
+                     entropy_agg: WordAgg = "mean", attention_agg: WordAgg = "sum") -> list[WordScore]:
+    """RIND per word. Defaults follow the reference code: entropy averaged, attention summed over pieces."""
+    scores = []
+    for idx in group_words(pieces):
+        word = "".join(pieces[i] for i in idx).strip()
+        scores.append(WordScore(word, idx, _agg([entropies[i] for i in idx], entropy_agg),
+                                _agg([float(amax[i]) for i in idx], attention_agg), is_content_word(word)))
+    return scores
+
+
+def renormalise_like_reference(scores: list[WordScore], sentence_of_word: list[int]) -> list[WordScore]:
+    """The reference code's variant (not in the paper): within each sentence, attention is renormalised to sum
+    to 1 and multiplied by the sentence's word count. Kept as a switch (``rind_normalisation: reference``)."""
+    out = list(scores)
+    for sent in sorted(set(sentence_of_word)):
+        members = [i for i, s in enumerate(sentence_of_word) if s == sent]
+        total = sum(scores[i].attention for i in members)
+        for i in members:
+            att = scores[i].attention / total * len(members) if total > 0 else 0.0
+            out[i] = WordScore(scores[i].word, scores[i].tokens, scores[i].entropy, att, scores[i].content)
+    return out
+
+
+def first_above(scores: list[WordScore], theta: float) -> int | None:
+    """Index of the first word whose RIND score exceeds θ, or None."""
+    for i, s in enumerate(scores):
+        if s.score > theta and not math.isnan(s.score):
+            return i
+    return None
+
+
+def qfs_query(row: torch.Tensor, pieces: list[str], eligible: list[bool], top_n: int) -> str:
+    """Query Formulation based on Self-attention: the ``top_n`` words that the triggering token attends to most
+    (attention summed over a word's pieces), restricted to eligible positions (question and generated text;
+    not few-shot demos or template), stopwords and punctuation excluded, joined in their original order.
+
+    ``row``, ``pieces`` and ``eligible`` are aligned over all positions preceding the triggering token.
+    """
+    if not (len(row) == len(pieces) == len(eligible)):
+        raise ValueError(f"row ({len(row)}), pieces ({len(pieces)}) and eligible ({len(eligible)}) must align")
+    candidates = []
+    for idx in group_words(pieces):
+        word = "".join(pieces[i] for i in idx).strip()
+        if all(eligible[i] for i in idx) and is_content_word(word):
+            candidates.append((float(sum(row[i] for i in idx)), idx[0], word))
+    best = sorted(candidates, key=lambda c: -c[0])[:top_n]
+    return " ".join(word for _, _, word in sorted(best, key=lambda c: c[1]))
+
+
+def flare_masked_query(pieces: list[str], probs: list[float], mask_prob: float) -> str:
+    """FLARE's query: the tentative sentence with tokens of probability ≤ ``mask_prob`` removed."""
+    return "".join(p for p, q in zip(pieces, probs) if q > mask_prob).strip()

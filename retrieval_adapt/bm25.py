@@ -1,0 +1,83 @@
+"""BM25 over passages with ``bm25s`` (sparse-matrix BM25, Lucene scoring), English stopwords and stemming."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import bm25s
+import Stemmer
+
+from data_builders.schema import Passage
+from retrieval_adapt.base import Hit
+from retrieval_adapt.corpus_store import load_meta, load_passages, save_store
+
+logger = logging.getLogger(__name__)
+
+
+class BM25Retriever:
+    """``search(queries, k)`` over a fixed passage list; build with :meth:`build`, persist with :meth:`save`."""
+
+    kind = "bm25"
+
+    def __init__(self, index: bm25s.BM25, passages: list[Passage], *, stemmer_language: str | None = "english"):
+        self.index = index
+        self.passages = passages
+        self.stemmer_language = stemmer_language
+        self._stemmer = Stemmer.Stemmer(stemmer_language) if stemmer_language else None
+
+    @classmethod
+    def build(cls, passages: list[Passage], *, k1: float = 1.5, b: float = 0.75, method: str = "lucene",
+              stemmer_language: str | None = "english", show_progress: bool = True) -> BM25Retriever:
+        if not passages:
+            raise ValueError("cannot build a BM25 index over an empty corpus")
+        self = cls(bm25s.BM25(k1=k1, b=b, method=method), passages, stemmer_language=stemmer_language)
+        tokens = self._tokenize([p.contents for p in passages], show_progress=show_progress)
+        self.index.index(tokens, show_progress=show_progress)
+        return self
+
+    def _tokenize(self, texts: list[str], show_progress: bool = False) -> list[list[str]]:
+        return bm25s.tokenize(texts, stopwords="en", stemmer=self._stemmer, return_ids=False,
+                              show_progress=show_progress)
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        if k <= 0:
+            raise ValueError(f"k must be positive, got {k}")
+        if not queries:
+            return []
+        k = min(k, len(self.passages))
+        tokens = self._tokenize(list(queries))
+        results: list[list[Hit] | None] = [None] * len(queries)
+        # A query with no indexed term (all stopwords, or unseen words) has no BM25 ranking: return no hits
+        # rather than k arbitrary passages with score 0.
+        vocab = self.index.vocab_dict
+        live = [i for i, t in enumerate(tokens) if any(w in vocab for w in t)]
+        for i in set(range(len(queries))) - set(live):
+            results[i] = []
+        if live:
+            docs, scores = self.index.retrieve([[w for w in tokens[i] if w in vocab] for i in live], k=k,
+                                               show_progress=False, n_threads=0)
+            for row, i in enumerate(live):
+                results[i] = [Hit(self.passages[int(d)], float(s)) for d, s in zip(docs[row], scores[row])
+                              if s > 0]
+        return results  # type: ignore[return-value]
+
+    def save(self, out_dir: str | Path) -> None:
+        out = Path(out_dir)
+        self.index.save(out / "bm25", show_progress=False)
+        save_store(out, self.passages, {"kind": self.kind, "stemmer_language": self.stemmer_language,
+                                        "num_passages": len(self.passages)})
+
+    @classmethod
+    def load(cls, index_dir: str | Path, *, mmap: bool = True) -> BM25Retriever:
+        meta = load_meta(index_dir)
+        if meta.get("kind") != cls.kind:
+            raise ValueError(f"{index_dir} holds a '{meta.get('kind')}' index, not a BM25 one")
+        index = bm25s.BM25.load(Path(index_dir) / "bm25", mmap=mmap, show_progress=False)
+        return cls(index, load_passages(index_dir), stemmer_language=meta.get("stemmer_language"))
+
+
+def top_ids(hits: list[list[Hit]]) -> list[list[str]]:
+    """Passage ids per query, best first (handy for recall computations and logs)."""
+    return [[h.passage.id for h in row] for row in hits]
+

@@ -1,0 +1,130 @@
+"""Dense retrieval: passage embeddings computed once, a faiss inner-product index, a (trainable) query encoder.
+
+The passage encoder and the index are fixed after the build; :class:`DenseRetriever` can take a different
+query encoder (Iter-RetGen's adapted one) that shares the embedding space, so no re-indexing is needed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import faiss
+import numpy as np
+import torch
+
+from data_builders.schema import Passage
+from retrieval_adapt.base import Hit
+from retrieval_adapt.corpus_store import load_meta, load_passages, save_store
+from retrieval_adapt.encoders import MeanPoolingEncoder
+
+logger = logging.getLogger(__name__)
+
+FaissKind = Literal["flat", "ivf", "hnsw"]
+
+
+@dataclass
+class FaissOptions:
+    kind: FaissKind = "flat"
+    nlist: int = 1024  # IVF cells; capped at corpus size / 39 (faiss wants ~39 points per centroid)
+    nprobe: int = 32
+    hnsw_m: int = 32
+    use_gpu: bool = True  # only where faiss-gpu and CUDA exist
+
+
+def build_faiss(emb: np.ndarray, opts: FaissOptions) -> faiss.Index:
+    """An inner-product index over (N, D) float32 embeddings."""
+    n, d = emb.shape
+    if opts.kind == "flat":
+        index = faiss.IndexFlatIP(d)
+    elif opts.kind == "ivf":
+        nlist = max(1, min(opts.nlist, n // 39))
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.train(emb)
+        index.nprobe = min(opts.nprobe, nlist)
+    elif opts.kind == "hnsw":
+        index = faiss.IndexHNSWFlat(d, opts.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+    else:
+        raise ValueError(f"unknown faiss index kind '{opts.kind}' (flat, ivf, hnsw)")
+    index.add(emb)
+    return index
+
+
+def to_gpu_if_available(index: faiss.Index, use_gpu: bool) -> faiss.Index:
+    if use_gpu and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
+        logger.info("moving the faiss index to GPU")
+        return faiss.index_cpu_to_all_gpus(index)
+    return index
+
+
+class DenseRetriever:
+    kind = "dense"
+
+    def __init__(self, index: faiss.Index, passages: list[Passage], query_encoder: MeanPoolingEncoder,
+                 *, passage_encoder_name: str = "", batch_size: int = 64):
+        if index.ntotal != len(passages):
+            raise ValueError(f"index holds {index.ntotal} vectors but there are {len(passages)} passages")
+        self.index, self.passages, self.query_encoder = index, passages, query_encoder
+        self.passage_encoder_name, self.batch_size = passage_encoder_name, batch_size
+
+    @classmethod
+    def build(cls, passages: list[Passage], encoder: MeanPoolingEncoder, *, faiss_options: FaissOptions | None = None,
+              batch_size: int = 64, show_progress: bool = True) -> DenseRetriever:
+        if not passages:
+            raise ValueError("cannot build a dense index over an empty corpus")
+        opts = faiss_options or FaissOptions()
+        emb = encoder.encode([p.contents for p in passages], batch_size=batch_size, show_progress=show_progress)
+        self = cls(build_faiss(emb, opts), passages, encoder, passage_encoder_name=encoder.name,
+                   batch_size=batch_size)
+        self.embeddings = emb
+        self.faiss_options = opts
+        return self
+
+    def embed_queries(self, queries: list[str]) -> np.ndarray:
+        return self.query_encoder.encode(list(queries), batch_size=self.batch_size)
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        if k <= 0:
+            raise ValueError(f"k must be positive, got {k}")
+        if not queries:
+            return []
+        scores, ids = self.index.search(self.embed_queries(queries), min(k, len(self.passages)))
+        return [[Hit(self.passages[int(i)], float(s)) for i, s in zip(row_i, row_s) if i >= 0]
+                for row_i, row_s in zip(ids, scores)]
+
+    def save(self, out_dir: str | Path) -> None:
+        out = Path(out_dir)
+        save_store(out, self.passages, {
+            "kind": self.kind, "encoder": self.passage_encoder_name, "normalize": self.query_encoder.normalize,
+            "max_length": self.query_encoder.max_length, "num_passages": len(self.passages),
+            "faiss": getattr(self, "faiss_options", FaissOptions()).kind,
+        })
+        index = self.index
+        if "Gpu" in type(index).__name__:
+            index = faiss.index_gpu_to_cpu(index)
+        faiss.write_index(index, str(out / "index.faiss"))
+        if getattr(self, "embeddings", None) is not None:
+            # Kept so that training can read passage vectors memory-mapped, never re-encoding the corpus.
+            np.save(out / "embeddings.npy", self.embeddings)
+
+    @classmethod
+    def load(cls, index_dir: str | Path, *, query_encoder: str | None = None, device: str = "auto",
+             use_gpu: bool = True) -> DenseRetriever:
+        meta = load_meta(index_dir)
+        if meta.get("kind") != cls.kind:
+            raise ValueError(f"{index_dir} holds a '{meta.get('kind')}' index, not a dense one")
+        index = to_gpu_if_available(faiss.read_index(str(Path(index_dir) / "index.faiss")), use_gpu)
+        encoder = MeanPoolingEncoder.from_name(query_encoder or meta["encoder"], normalize=meta["normalize"],
+                                               max_length=meta["max_length"], device=device)
+        self = cls(index, load_passages(index_dir), encoder, passage_encoder_name=meta["encoder"])
+        emb_path = Path(index_dir) / "embeddings.npy"
+        self.embeddings = np.load(emb_path, mmap_mode="r") if emb_path.is_file() else None
+        return self
+
+    def passage_embeddings(self, ids: list[int]) -> torch.Tensor:
+        """Fixed passage vectors by corpus position (N, D), for retriever distillation."""
+        if self.embeddings is None:
+            raise ValueError("this index was saved without embeddings.npy; rebuild it")
+        return torch.from_numpy(np.asarray(self.embeddings[ids], dtype=np.float32))

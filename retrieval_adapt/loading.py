@@ -1,0 +1,25 @@
+"""Open any saved index folder as a :class:`~retrieval_adapt.base.Retriever`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from retrieval_adapt.base import Retriever
+from retrieval_adapt.corpus_store import load_meta
+
+
+def load_retriever(index_dir: str | Path, *, query_encoder: str | None = None, device: str = "auto") -> Retriever:
+    """BM25 or dense by the folder's ``meta.json``; ``query_encoder`` swaps in an adapted dense query encoder."""
+    meta = load_meta(index_dir)
+    kind = meta.get("kind")
+    if kind == "bm25":
+        if query_encoder:
+            raise ValueError("query_encoder applies to dense indexes only; this folder holds a BM25 index")
+        from retrieval_adapt.bm25 import BM25Retriever
+
+        return BM25Retriever.load(index_dir)
+    if kind == "dense":
+        from retrieval_adapt.dense import DenseRetriever
+
+        return DenseRetriever.load(index_dir, query_encoder=query_encoder, device=device)
+    raise ValueError(f"{index_dir}/meta.json names an unknown index kind '{kind}' (bm25, dense)")

@@ -1,0 +1,40 @@
+"""Retrieval quality: recall@k of gold passages, and answer recall (a retrieved passage contains a gold answer)."""
+
+from __future__ import annotations
+
+from data_builders.schema import QAExample
+from inference.metrics import normalize_answer
+from retrieval_adapt.base import Hit, Retriever
+
+
+def gold_recall(hits: list[Hit], example: QAExample, k: int) -> float:
+    """Share of the example's gold passages found in the top k (1.0 for single-hop when found)."""
+    gold = {p.id for p in example.gold_passages}
+    if not gold:
+        raise ValueError(f"example {example.id} has no gold passages")
+    return len(gold & {h.passage.id for h in hits[:k]}) / len(gold)
+
+
+def answer_recall(hits: list[Hit], example: QAExample, k: int) -> float:
+    """1.0 when any of the top-k passages contains any gold answer (normalised substring)."""
+    answers = [normalize_answer(a) for a in example.answers if normalize_answer(a)]
+    texts = [normalize_answer(h.passage.contents) for h in hits[:k]]
+    return float(any(a in t for a in answers for t in texts))
+
+
+def recall_table(retriever: Retriever, examples: list[QAExample], ks: tuple[int, ...] = (1, 3, 10),
+                 batch_size: int = 256) -> dict[str, float]:
+    """Mean gold recall@k and answer recall@k over examples; one batched search per ``batch_size`` questions."""
+    if not examples:
+        raise ValueError("no examples to evaluate")
+    kmax = max(ks)
+    sums = {f"{m}@{k}": 0.0 for m in ("recall", "answer_recall") for k in ks}
+    for s in range(0, len(examples), batch_size):
+        chunk = examples[s:s + batch_size]
+        for ex, hits in zip(chunk, retriever.search([e.question for e in chunk], kmax)):
+            for k in ks:
+                if ex.gold_passages:
+                    sums[f"recall@{k}"] += gold_recall(hits, ex, k)
+                sums[f"answer_recall@{k}"] += answer_recall(hits, ex, k)
+    n_gold = sum(1 for e in examples if e.gold_passages) or 1
+    return {key: v / (n_gold if key.startswith("recall") else len(examples)) for key, v in sums.items()}

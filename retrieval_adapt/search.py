@@ -1,0 +1,30 @@
+"""Query a saved index from the command line.
+
+    python -m retrieval_adapt.search runs/index/world-bm25 "Where was Veltrane Osk born?" -k 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from inference.config import run_cli
+from retrieval_adapt.loading import load_retriever
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m retrieval_adapt.search", description=__doc__.splitlines()[0])
+    parser.add_argument("index", help="index folder written by retrieval_adapt.build_index")
+    parser.add_argument("queries", nargs="+")
+    parser.add_argument("-k", type=int, default=3)
+    parser.add_argument("--query-encoder", default=None, help="adapted query encoder folder (dense only)")
+    args = parser.parse_args(argv)
+    retriever = load_retriever(args.index, query_encoder=args.query_encoder)
+    for query, hits in zip(args.queries, retriever.search(args.queries, args.k)):
+        print(f"query: {query}")
+        for rank, hit in enumerate(hits, 1):
+            print(f"  [{rank}] {hit.score:8.3f}  {hit.passage.id}  {hit.passage.title}: {hit.passage.text[:100]}")
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,61 @@
+"""Shared fixtures: tiny random models for fast unit tests, the real embedded models for the slow ones."""
+
+from __future__ import annotations
+
+import os
+
+# Tests never touch the network: a hub id fails at once instead of retrying for a minute.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from data_builders.schema import Passage  # noqa: E402
+from retrieval_adapt.base import Hit  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer():
+    from inference.models import load_tokenizer
+
+    return load_tokenizer("smollm2-135m")
+
+
+def tiny_llama(vocab_size: int, seed: int = 0, layers: int = 2):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                      pad_token_id=0, eos_token_id=None)
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture()
+def tiny_model(smol_tokenizer):
+    return tiny_llama(len(smol_tokenizer))
+
+
+@pytest.fixture(scope="session")
+def smol_model():
+    from inference.models import load_causal_lm
+
+    return load_causal_lm("smollm2-135m")
+
+
+class FakeRetriever:
+    """Returns k numbered passages that echo the query, and remembers every query it saw."""
+
+    def __init__(self):
+        self.queries: list[str] = []
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        self.queries.extend(queries)
+        return [[Hit(Passage(f"doc-{len(self.queries)}-{i}", f"Doc {i}", f"About {q}."), 1.0 / (i + 1))
+                 for i in range(k)] for q in queries]
+
+
+@pytest.fixture()
+def fake_retriever():
+    return FakeRetriever()

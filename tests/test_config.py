@@ -1,0 +1,74 @@
+"""YAML -> dataclasses -> overrides; user mistakes become one line and exit code 2; repo files stay valid."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from inference.config import ConfigError, parse_config, run_cli
+from retrieval_adapt.build_index import IndexConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_yaml_then_overrides(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("kind: dense\nbatch_size: 8\n")
+    (parsed,) = parse_config((IndexConfig,), [str(cfg), "--batch_size", "4"])
+    assert parsed.kind == "dense" and parsed.batch_size == 4
+
+
+def test_unknown_yaml_key_is_named(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("kind: bm25\nbatchsize: 8\n")
+    with pytest.raises(ConfigError, match="unknown field.*batchsize"):
+        parse_config((IndexConfig,), [str(cfg)])
+
+
+def test_bad_value_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="batch_size must be positive"):
+        parse_config((IndexConfig,), ["--batch_size", "0"])
+    with pytest.raises(ConfigError, match="does not exist"):
+        parse_config((IndexConfig,), [str(tmp_path / "nope.yaml")])
+
+
+def test_run_cli_turns_user_errors_into_exit_2(capsys):
+    def main(argv):
+        raise ConfigError("bad field 'x'")
+
+    assert run_cli(main) == 2
+    assert capsys.readouterr().err.strip() == "error: bad field 'x'"
+
+
+def test_build_index_cli_on_world(tmp_path):
+    out = tmp_path / "idx"
+    proc = subprocess.run([sys.executable, "-m", "retrieval_adapt.build_index", "--out", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "retrieval_adapt.search", str(out), "What is the capital of France?"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0 and "Paris" in proc.stdout
+    bad = subprocess.run([sys.executable, "-m", "retrieval_adapt.build_index", "--corpus", str(tmp_path / "x.jsonl")],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
+
+
+def test_every_yaml_in_the_repo_parses():
+    files = [p for p in ROOT.rglob("*.yaml") if not any(part in ("runs", ".venv") for part in p.parts)]
+    assert files
+    for path in files:
+        yaml.safe_load(path.read_text())
+
+
+def test_every_path_readme_names_exists():
+    readme = (ROOT / "README.md").read_text()
+    paths = set(re.findall(r"`((?:training|data_builders|retrieval_adapt|inference|bench|accelerate_configs|tests)"
+                           r"/[\w./-]+)`", readme))
+    assert paths
+    missing = [p for p in paths if not (ROOT / p).exists()]
+    assert not missing, f"README names missing paths: {missing}"

@@ -1,0 +1,89 @@
+"""The engine's signals equal those of one full eager forward pass over the final sequence."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from inference.decoder import BatchDecoder, Sequence
+
+
+def reference_signals(model, seq: Sequence):
+    """Entropy of each generated token's distribution and its last-layer attention row, from one full pass."""
+    ref = type(model)(copy.deepcopy(model.config)).eval()
+    ref.load_state_dict(model.state_dict())
+    ref.set_attn_implementation("eager")
+    ids = torch.tensor([seq.prompt_ids + seq.gen_ids])
+    with torch.no_grad():
+        out = ref(input_ids=ids, output_attentions=True)
+    logp = torch.log_softmax(out.logits[0].float(), dim=-1)  # (T, V)
+    att = out.attentions[-1][0].float().mean(dim=0)  # (T, T), heads averaged
+    p = len(seq.prompt_ids)
+    entropies = [float(-(logp[p + i - 1].exp() * logp[p + i - 1]).sum()) for i in range(len(seq.gen_ids))]
+    rows = [att[p + i, : p + i + 1] for i in range(len(seq.rows))]
+    greedy = [int(logp[p + i - 1].argmax()) for i in range(len(seq.gen_ids))]
+    return entropies, rows, greedy
+
+
+def run_mixed_batch(model, tokenizer, prompts: list[list[int]], late: list[int], steps_before_late: int = 3):
+    dec = BatchDecoder(model, tokenizer)
+    seqs = [Sequence(i, p, max_new_tokens=6 + i) for i, p in enumerate(prompts)]
+    dec.admit(seqs)
+    for _ in range(steps_before_late):
+        dec.step()
+    extra = Sequence("late", late, max_new_tokens=5)
+    dec.admit([extra])  # joins mid-flight with a longer prompt: caches are left-padded and merged
+    dec.step()
+    dec.remove([seqs[0]])  # leaves mid-flight (as if to retrieve); the others go on
+    while dec.active:
+        dec.step()
+    return seqs + [extra]
+
+
+def check(model, seqs, atol):
+    for seq in seqs:
+        entropies, rows, greedy = reference_signals(model, seq)
+        assert seq.gen_ids == greedy
+        assert torch.allclose(torch.tensor(seq.entropies), torch.tensor(entropies), atol=atol)
+        for got, want in zip(seq.rows, rows):
+            assert got.shape == want.shape
+            assert torch.allclose(got, want, atol=atol)
+            assert abs(float(got.sum()) - 1.0) < 1e-4  # a softmax row over real positions only
+
+
+def test_tiny_llama_signals_match_full_forward(tiny_model, smol_tokenizer):
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [300, 301], [40, 41, 42, 43]]
+    seqs = run_mixed_batch(tiny_model, smol_tokenizer, prompts, late=list(range(100, 113)))
+    assert all(len(s.rows) == len(s.gen_ids) for s in seqs[1:])  # finished sequences got every row
+    assert len(seqs[0].rows) == len(seqs[0].gen_ids) - 1  # left early: newest token not fed yet
+    check(tiny_model, seqs, atol=1e-5)
+
+
+def test_head_max_reduction(tiny_model, smol_tokenizer):
+    dec = BatchDecoder(tiny_model, smol_tokenizer, reduce="max")
+    seq = Sequence(0, [5, 6, 7], max_new_tokens=3)
+    dec.admit([seq])
+    while dec.active:
+        dec.step()
+    ref = type(tiny_model)(copy.deepcopy(tiny_model.config)).eval()
+    ref.load_state_dict(tiny_model.state_dict())
+    ref.set_attn_implementation("eager")
+    out = ref(input_ids=torch.tensor([seq.prompt_ids + seq.gen_ids]), output_attentions=True)
+    att = out.attentions[-1][0].amax(dim=0)
+    assert torch.allclose(seq.rows[0], att[3, :4], atol=1e-5)
+
+
+def test_bad_head_reduction(tiny_model, smol_tokenizer):
+    with pytest.raises(ValueError, match="mean' or 'max"):
+        BatchDecoder(tiny_model, smol_tokenizer, reduce="median")
+
+
+@pytest.mark.slow
+def test_smollm2_signals_match_full_forward(smol_model):
+    model, tokenizer = smol_model
+    texts = ["The capital of France is", "Water is made of hydrogen and", "Once upon a time, in a small village,"]
+    prompts = [tokenizer(t)["input_ids"] for t in texts]
+    seqs = run_mixed_batch(model, tokenizer, prompts, late=tokenizer("Quarvik is a city in")["input_ids"])
+    check(model, seqs, atol=2e-4)

@@ -1,0 +1,282 @@
+"""Hand-computed checks for inference.metrics (SQuAD / HotpotQA / PopQA style answer metrics)."""
+
+from __future__ import annotations
+
+import pytest
+
+from inference.metrics import (
+    SCORE_KEYS,
+    aggregate,
+    contained_accuracy,
+    exact_match,
+    extract_answer,
+    normalize_answer,
+    score,
+    token_f1_precision_recall,
+    yes_no_em,
+)
+
+# --------------------------------------------------------------------------- normalize_answer
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("The Cat", "cat"),
+        ("an apple a day", "apple day"),
+        # articles only as whole words: "theater", "Anne", "Annals" survive
+        ("Theater of Anne", "theater of anne"),
+        ("Hello, World!", "hello world"),
+        # punctuation is deleted, not turned into a space (as in the SQuAD script)
+        ("don't", "dont"),
+        ("  lots \t of\n space ", "lots of space"),
+        # ASCII symbols from string.punctuation go too, though Unicode calls them S*, not P*
+        ("$100+", "100"),
+        ("", ""),
+    ],
+)
+def test_normalize_ascii(raw: str, expected: str) -> None:
+    assert normalize_answer(raw) == expected
+
+
+def test_normalize_unicode() -> None:
+    # accents are kept, only case is folded
+    assert normalize_answer("Ångström") == "ångström"
+    assert normalize_answer("São Paulo!") == "são paulo"
+    # decomposed "A + combining ring ... o + combining diaeresis" composes to the same string
+    assert normalize_answer("A\u030angstro\u0308m") == "ångström"
+    # U+212B ANGSTROM SIGN canonically maps to U+00C5
+    assert normalize_answer("\u212bngström") == "ångström"
+    # Unicode punctuation (category P*): guillemets, inverted question mark, CJK comma
+    assert normalize_answer("«São Paulo»") == "são paulo"
+    assert normalize_answer("¿Qué?") == "qué"
+    assert normalize_answer("東京、日本") == "東京日本"
+
+
+# --------------------------------------------------------------------------- exact_match
+
+
+def test_exact_match_basic() -> None:
+    assert exact_match("The Eiffel Tower.", ["eiffel tower"]) == 1.0
+    assert exact_match("Eiffel", ["Eiffel Tower"]) == 0.0
+    assert exact_match("São Paulo", ["Sao Paulo"]) == 0.0  # no accent folding
+    assert exact_match("Ångström", ["ångström"]) == 1.0
+
+
+def test_exact_match_multiple_golds() -> None:
+    assert exact_match("JFK", ["John F. Kennedy", "JFK"]) == 1.0
+    assert exact_match("Kennedy", ["John F. Kennedy", "JFK"]) == 0.0
+
+
+def test_exact_match_bare_string_gold_is_one_answer() -> None:
+    # a str must not be iterated character by character
+    assert exact_match("p", "paris") == 0.0
+    assert exact_match("Paris", "paris") == 1.0
+
+
+def test_exact_match_empty_prediction() -> None:
+    assert exact_match("", ["Paris"]) == 0.0
+    # even when the gold also normalises to nothing
+    assert exact_match("the", ["The"]) == 0.0
+
+
+# --------------------------------------------------------------------------- token F1
+
+
+def test_f1_partial_overlap() -> None:
+    # "the cat sat" -> [cat, sat]; "cat sat on mat" -> [cat, sat, on, mat]
+    # common = 2; P = 2/2 = 1; R = 2/4 = 0.5; F1 = 2 * 1 * 0.5 / 1.5 = 2/3
+    f1, p, r = token_f1_precision_recall("the cat sat", ["cat sat on mat"])
+    assert p == pytest.approx(1.0)
+    assert r == pytest.approx(0.5)
+    assert f1 == pytest.approx(2 / 3)
+
+
+def test_f1_counts_repeated_tokens_once_per_occurrence() -> None:
+    # [cat, cat, dog] vs [cat, dog, dog]: common = min(2,1) cat + min(1,2) dog = 2
+    # P = 2/3, R = 2/3, F1 = 2/3
+    f1, p, r = token_f1_precision_recall("cat cat dog", ["cat dog dog"])
+    assert (f1, p, r) == pytest.approx((2 / 3, 2 / 3, 2 / 3))
+
+
+def test_f1_max_over_golds() -> None:
+    # pred [barack, obama]
+    # vs [obama]:                  common 1, P = 1/2, R = 1,   F1 = 2*(1/2)/(3/2) = 2/3
+    # vs [barack, hussein, obama]: common 2, P = 1,   R = 2/3, F1 = 2*(2/3)/(5/3) = 4/5  <- best
+    f1, p, r = token_f1_precision_recall("Barack Obama", ["Obama", "Barack Hussein Obama"])
+    assert f1 == pytest.approx(0.8)
+    assert p == pytest.approx(1.0)
+    assert r == pytest.approx(2 / 3)
+
+
+def test_f1_no_overlap_and_exact() -> None:
+    assert token_f1_precision_recall("London", ["Paris"]) == (0.0, 0.0, 0.0)
+    assert token_f1_precision_recall("The Paris.", ["paris"]) == pytest.approx((1.0, 1.0, 1.0))
+
+
+def test_f1_hotpot_special_answers() -> None:
+    # gold "yes" vs "yes it is": token overlap exists, but HotpotQA gives no partial credit on yes/no
+    assert token_f1_precision_recall("yes it is", ["yes"]) == (0.0, 0.0, 0.0)
+    assert token_f1_precision_recall("no", ["no way"]) == (0.0, 0.0, 0.0)
+    assert token_f1_precision_recall("noanswer", ["no answer"]) == (0.0, 0.0, 0.0)
+    assert token_f1_precision_recall("Yes.", ["yes"]) == pytest.approx((1.0, 1.0, 1.0))
+    # a yes/no mismatch on one gold does not block another gold
+    assert token_f1_precision_recall("yes", ["no", "Yes"]) == pytest.approx((1.0, 1.0, 1.0))
+
+
+def test_f1_unicode() -> None:
+    # [são, paulo, brazil] vs [são, paulo]: common 2, P = 2/3, R = 1, F1 = 2*(2/3)/(5/3) = 4/5
+    f1, p, r = token_f1_precision_recall("São Paulo, Brazil", ["São Paulo"])
+    assert (f1, p, r) == pytest.approx((0.8, 2 / 3, 1.0))
+
+
+def test_f1_empty_prediction() -> None:
+    assert token_f1_precision_recall("", ["Paris"]) == (0.0, 0.0, 0.0)
+
+
+# --------------------------------------------------------------------------- contained_accuracy
+
+
+def test_contained_normalised() -> None:
+    assert contained_accuracy("He was born in Paris, France.", ["paris"]) == 1.0
+    assert contained_accuracy("He was born in Lyon.", ["Paris", "Marseille"]) == 0.0
+    assert contained_accuracy("Born in Lyon or Marseille", ["Paris", "Marseille"]) == 1.0
+    # pure substring test, as PopQA's evaluation: "1" is inside "1990"
+    assert contained_accuracy("in 1990", ["1"]) == 1.0
+    assert contained_accuracy("Il est né à São Paulo.", ["são paulo"]) == 1.0
+
+
+def test_contained_raw_vs_normalised() -> None:
+    # normalised: "us army" in "us army" -> 1; raw: "us army" not in "the u.s. army" -> 0
+    assert contained_accuracy("The U.S. Army", ["US Army"], normalize=True) == 1.0
+    assert contained_accuracy("The U.S. Army", ["US Army"], normalize=False) == 0.0
+    # raw mode still ignores case
+    assert contained_accuracy("born in PARIS", ["Paris"], normalize=False) == 1.0
+
+
+def test_contained_skips_golds_empty_after_normalising() -> None:
+    # "The" normalises to "", which is a substring of everything; it must not count
+    assert contained_accuracy("anything", ["The"]) == 0.0
+
+
+def test_contained_empty_prediction() -> None:
+    assert contained_accuracy("", ["Paris"]) == 0.0
+    assert contained_accuracy("", ["Paris"], normalize=False) == 0.0
+
+
+# --------------------------------------------------------------------------- yes_no_em
+
+
+@pytest.mark.parametrize(
+    ("prediction", "golds", "expected"),
+    [
+        ("Yes, because the river flows north.", ["yes"], 1.0),
+        ("yes", ["Yes"], 1.0),
+        ("No.", ["yes"], 0.0),
+        ("I think not; no, it cannot.", ["no"], 1.0),  # first yes/no *word*; "not" is not "no"
+        ("No, not yes.", ["no"], 1.0),  # the first one decides
+        ("Maybe", ["yes"], 0.0),
+        ("Nobody knows", ["no"], 0.0),  # "nobody" is not "no"
+        ("I don't know", ["no"], 0.0),  # "don't" -> "dont"
+        ("yes", ["true"], 1.0),  # boolean-style gold
+        ("no", [False], 1.0),  # StrategyQA stores booleans
+        ("yes", ["Paris"], 0.0),  # non-yes/no gold never matches
+        ("", ["yes"], 0.0),
+    ],
+)
+def test_yes_no_em(prediction: str, golds: list, expected: float) -> None:
+    assert yes_no_em(prediction, golds) == expected
+
+
+# --------------------------------------------------------------------------- extract_answer
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("So the answer is Paris.", "Paris"),
+        ("Paris is in France. So the answer is Paris.", "Paris"),
+        ("SO THE ANSWER IS paris", "paris"),
+        ("The answer is 1990.", "1990"),
+        ("Answer: Lyon", "Lyon"),
+        ("answer : yes", "yes"),
+        ('So the answer is "Paris".', "Paris"),
+        ("So the answer is “São Paulo”.", "São Paulo"),
+        # cut at the first newline, ignore a following few-shot continuation
+        ("Step one.\nSo the answer is Paris.\nQuestion: What is next?", "Paris"),
+        # the last marker wins
+        ("The answer is London? No, wait. So the answer is Paris.", "Paris"),
+        # answer on the line after the marker
+        ("The answer is:\nParis\nmore text", "Paris"),
+        # no marker: first non-empty line, first sentence
+        ("Paris. It is the capital of France.", "Paris"),
+        ("\n\n  Paris  \nSecond line", "Paris"),
+        ("Ångström", "Ångström"),
+        # a leading dot may be part of the answer
+        (".NET", ".NET"),
+        ("", ""),
+        ("   \n ", ""),
+    ],
+)
+def test_extract_answer(text: str, expected: str) -> None:
+    assert extract_answer(text) == expected
+
+
+# --------------------------------------------------------------------------- score and aggregate
+
+
+def test_score_extracts_by_default() -> None:
+    result = score("Gustave Eiffel built it. So the answer is the Eiffel Tower.", ["Eiffel Tower"])
+    assert set(result) == set(SCORE_KEYS)
+    assert result == pytest.approx({"em": 1.0, "f1": 1.0, "precision": 1.0, "recall": 1.0, "acc": 1.0})
+
+
+def test_score_without_extraction() -> None:
+    # "It is in Paris. So the answer is Paris." normalises to
+    # [it, is, in, paris, so, answer, is, paris] (8 tokens); gold [paris]
+    # common = min(2, 1) = 1; P = 1/8; R = 1; F1 = 2*(1/8)/(9/8) = 2/9; contained -> acc 1; em 0
+    result = score("It is in Paris. So the answer is Paris.", ["Paris"], extract=False)
+    assert result == pytest.approx({"em": 0.0, "f1": 2 / 9, "precision": 1 / 8, "recall": 1.0, "acc": 1.0})
+
+
+def test_score_empty_prediction() -> None:
+    assert score("", ["Paris"]) == dict.fromkeys(SCORE_KEYS, 0.0)
+
+
+def test_aggregate_means() -> None:
+    rows = [
+        {"em": 1.0, "f1": 0.5, "precision": 1.0, "recall": 0.25, "acc": 1.0},
+        {"em": 0.0, "f1": 1.0, "precision": 0.5, "recall": 0.75, "acc": 0.0},
+    ]
+    assert aggregate(rows) == pytest.approx(
+        {"em": 0.5, "f1": 0.75, "precision": 0.75, "recall": 0.5, "acc": 0.5, "n": 2}
+    )
+
+
+def test_aggregate_extra_keys_averaged_over_rows_that_have_them() -> None:
+    rows = [{"em": 1.0, "yes_no_em": 1.0}, {"em": 0.0}, {"em": 0.0, "yes_no_em": 0.0}]
+    # em: (1 + 0 + 0) / 3; yes_no_em: (1 + 0) / 2
+    assert aggregate(rows) == pytest.approx({"em": 1 / 3, "yes_no_em": 0.5, "n": 3})
+
+
+def test_aggregate_empty() -> None:
+    assert aggregate([]) == {"em": 0.0, "f1": 0.0, "precision": 0.0, "recall": 0.0, "acc": 0.0, "n": 0}
+
+
+# --------------------------------------------------------------------------- empty golds
+
+
+@pytest.mark.parametrize(
+    "func",
+    [
+        exact_match,
+        token_f1_precision_recall,
+        contained_accuracy,
+        yes_no_em,
+        score,
+    ],
+)
+@pytest.mark.parametrize("golds", [[], [""], ["  "], ""])
+def test_empty_golds_raise(func, golds) -> None:
+    with pytest.raises(ValueError, match="at least one non-empty gold answer"):
+        func("Paris", golds)

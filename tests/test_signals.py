@@ -1,0 +1,83 @@
+"""DRAGIN's formulas against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from inference import signals
+from inference.decoder import _entropy_and_choice
+
+
+def test_entropy_hand_computed():
+    # p = (0.5, 0.25, 0.25): H = -(0.5 ln 0.5 + 2 * 0.25 ln 0.25) = 0.5 ln 2 + ln 2 = 1.5 ln 2 ≈ 1.0397
+    logits = torch.log(torch.tensor([[0.5, 0.25, 0.25]]))
+    token, prob, entropy = _entropy_and_choice(logits)
+    assert int(token) == 0 and float(prob) == pytest.approx(0.5)
+    assert float(entropy) == pytest.approx(1.5 * math.log(2), abs=1e-6)
+
+
+def test_a_max_takes_later_tokens_only():
+    # prompt of 2 positions; 3 generated tokens. rows[j] covers positions 0..2+j.
+    rows = [torch.tensor([0.5, 0.2, 0.3]),            # t0 (its own row; never counts for t0)
+            torch.tensor([0.1, 0.1, 0.6, 0.2]),       # t1 pays 0.6 to t0
+            torch.tensor([0.1, 0.1, 0.3, 0.4, 0.1])]  # t2 pays 0.3 to t0, 0.4 to t1
+    amax = signals.a_max(rows, prompt_len=2)
+    # a_max(t0) = max(0.6, 0.3) = 0.6; a_max(t1) = 0.4; a_max(t2) = 0 (no later token)
+    assert amax.tolist() == pytest.approx([0.6, 0.4, 0.0])
+
+
+def test_group_words_merges_pieces_and_splits_punctuation():
+    pieces = [" Qu", "arv", "ik", " is", " big", ".", "\n", "It"]
+    assert signals.group_words(pieces) == [[0, 1, 2], [3], [4], [5], [6], [7]]
+
+
+def test_content_words():
+    assert signals.is_content_word("Quarvik")
+    assert not signals.is_content_word(" the")
+    assert not signals.is_content_word(".")
+    assert signals.is_content_word("1962")
+
+
+def test_rind_hand_computed():
+    pieces = [" Qu", "arv", "ik", " is", " big"]
+    entropies = [2.0, 1.0, 0.0, 3.0, 1.5]
+    amax = torch.tensor([0.1, 0.2, 0.3, 0.9, 0.4])
+    words = signals.rind_word_scores(pieces, entropies, amax)  # entropy mean, attention sum (reference)
+    # Quarvik: H = (2+1+0)/3 = 1, a = 0.1+0.2+0.3 = 0.6 -> 0.6; "is": stopword -> 0; "big": 1.5*0.4 = 0.6
+    assert [w.word for w in words] == ["Quarvik", "is", "big"]
+    assert [w.score for w in words] == pytest.approx([0.6, 0.0, 0.6])
+    assert signals.first_above(words, 0.5) == 0
+    assert signals.first_above(words, 0.61) is None
+    maxed = signals.rind_word_scores(pieces, entropies, amax, entropy_agg="max", attention_agg="max")
+    assert maxed[0].score == pytest.approx(2.0 * 0.3)
+
+
+def test_reference_renormalisation():
+    w = [signals.WordScore("a1", [0], 1.0, 0.2, True), signals.WordScore("b1", [1], 1.0, 0.6, True),
+         signals.WordScore("c2", [2], 2.0, 0.5, True)]
+    out = signals.renormalise_like_reference(w, [0, 0, 1])
+    # sentence 0: attention 0.2/0.8*2 = 0.5, 0.6/0.8*2 = 1.5; sentence 1: 0.5/0.5*1 = 1
+    assert [x.attention for x in out] == pytest.approx([0.5, 1.5, 1.0])
+
+
+def test_qfs_picks_top_words_in_text_order():
+    pieces = [" Who", " founded", " Kel", "mora", " Records", "?", " The", " founder"]
+    row = torch.tensor([0.05, 0.10, 0.20, 0.15, 0.05, 0.30, 0.05, 0.10])
+    eligible = [True] * 8
+    # word attention: Who .05 (stopword), founded .10, Kelmora .35, Records .05, ? (punct), The (stop), founder .10
+    assert signals.qfs_query(row, pieces, eligible, top_n=2) in ("founded Kelmora", "Kelmora founder")
+    assert signals.qfs_query(row, pieces, eligible, top_n=3) == "founded Kelmora founder"
+    # ineligible positions (demos, template) never fill the query
+    assert signals.qfs_query(row, pieces, [True, True, False, False, True, True, True, True], 3) == \
+        "founded Records founder"
+    with pytest.raises(ValueError, match="must align"):
+        signals.qfs_query(row, pieces[:-1], eligible, 2)
+
+
+def test_flare_masked_query():
+    pieces = [" Osk", " was", " born", " in", " 1962", "."]
+    probs = [0.9, 0.95, 0.9, 0.9, 0.2, 0.99]
+    assert signals.flare_masked_query(pieces, probs, mask_prob=0.4) == "Osk was born in."
