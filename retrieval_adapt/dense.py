@@ -31,6 +31,7 @@ class FaissOptions:
     nlist: int = 1024  # IVF cells; capped at corpus size / 39 (faiss wants ~39 points per centroid)
     nprobe: int = 32
     hnsw_m: int = 32
+    hnsw_ef_search: int = 128  # faiss' default 16 loses most neighbours on 384-d sentence embeddings
     use_gpu: bool = True  # only where faiss-gpu and CUDA exist
 
 
@@ -46,6 +47,7 @@ def build_faiss(emb: np.ndarray, opts: FaissOptions) -> faiss.Index:
         index.nprobe = min(opts.nprobe, nlist)
     elif opts.kind == "hnsw":
         index = faiss.IndexHNSWFlat(d, opts.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efSearch = opts.hnsw_ef_search
     else:
         raise ValueError(f"unknown faiss index kind '{opts.kind}' (flat, ivf, hnsw)")
     index.add(emb)
