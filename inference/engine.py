@@ -17,6 +17,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from data_builders.schema import Passage, QAExample
+from inference import signals
 from inference.decoder import BatchDecoder, Sequence
 from inference.methods import MethodConfig, RoundView, check_trigger, form_query
 from inference.prompts import PromptBuilder
@@ -32,6 +33,7 @@ class EngineConfig:
     max_new_tokens: int = 100  # answer length budget (DRAGIN: HotpotQA 100, 2Wiki 64, IIRC 128)
     stop_after_answer: bool = True  # stop once "the answer is ..." sentence is complete (FS/FL-RAG need it)
     head_reduce: str = "mean"  # attention heads: mean (paper) or max
+    keep_signals: bool = False  # store per-word RIND signals of every round in the record (for the trace view)
 
     def __post_init__(self):
         if self.batch_size <= 0 or self.max_new_tokens <= 0:
@@ -52,12 +54,14 @@ class QuestionState:
     view: RoundView | None = None
     seq: Sequence | None = None
     prompt_ids: list[int] = field(default_factory=list)
+    signals: list[dict[str, Any]] = field(default_factory=list)
 
     def record(self) -> dict[str, Any]:
         ex = self.example
         return {"id": ex.id, "question": ex.question, "answers": ex.answers, "output": self.output,
                 "retrievals": self.retrievals, "llm_forward_passes": self.forward_passes,
-                "generated_tokens": self.generated_tokens, "output_tokens": None, "rounds": self.rounds}
+                "generated_tokens": self.generated_tokens, "output_tokens": None, "rounds": self.rounds,
+                **({"signals": self.signals} if self.signals else {})}
 
 
 class DynamicRAGEngine:
@@ -139,11 +143,13 @@ class DynamicRAGEngine:
             if st.rounds <= self.method.max_rounds and len(st.retrievals) < self.method.max_rounds:
                 event = check_trigger(view, self.method, sentence_end=sentence_end, final=final)
             if event is not None:
-                self._close_round(st, seq, keep=event.keep)
                 query = form_query(view, event, self.method)
+                self._keep_signals(st, view, event.keep, event, query)
+                self._close_round(st, seq, keep=event.keep)
                 to_retrieve.append((st, query, event.score, len(self.tokenizer.encode(st.prior))))
                 leaving.append(seq)
             elif final:
+                self._keep_signals(st, view, len(view.pieces), None, None)
                 self._close_round(st, seq, keep=len(view.pieces))
                 st.output = st.prior.strip()
                 finished.append(seq)
@@ -153,6 +159,21 @@ class DynamicRAGEngine:
 
     def _answer_complete(self, st: QuestionState, text: str, sentence_end: bool) -> bool:
         return self.cfg.stop_after_answer and sentence_end and bool(ANSWER_MARKER.search(st.prior + text))
+
+    def _keep_signals(self, st: QuestionState, view: RoundView, keep: int, event, query: str | None) -> None:
+        if not self.cfg.keep_signals:
+            return
+        amax = signals.a_max(view.rows, len(view.prompt_pieces)) if view.rows else [0.0] * len(view.pieces)
+        words = signals.rind_word_scores(view.pieces, view.entropies, amax, entropy_agg=self.method.entropy_agg,
+                                         attention_agg=self.method.attention_agg)
+        st.signals.append({
+            "round": st.rounds, "kept_tokens": keep, "theta": self.method.theta,
+            "words": [{"text": "".join(view.pieces[i] for i in w.tokens), "first_token": w.tokens[0],
+                       "entropy": w.entropy, "attention": w.attention, "content": w.content, "score": w.score,
+                       "min_prob": min(view.probs[i] for i in w.tokens)} for w in words],
+            "trigger": None if event is None else {"token": event.token, "score": event.score, "query": query},
+            "docs": [{"id": d.id, "title": d.title} for d in st.docs],
+        })
 
     def _close_round(self, st: QuestionState, seq: Sequence, keep: int) -> None:
         st.prior += self.tokenizer.decode(seq.gen_ids[:keep], skip_special_tokens=True)

@@ -61,6 +61,15 @@ def read_done(out: Path) -> dict[str, dict[str, Any]]:
     return done
 
 
+def drop_torn_tail(path: Path) -> None:
+    """Cut a half-written last line (an interrupted run) so that appended records start on a line of their own."""
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        path.write_bytes(data[: data.rfind(b"\n") + 1])
+
+
 def make_runner(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig):
     """A callable ``examples -> records`` for the configured method."""
     from inference.engine import DynamicRAGEngine
@@ -96,6 +105,7 @@ def evaluate(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine
         save_config(out / "config.yaml", cfg, method, prompt, engine)
         print(f"{len(examples)} questions, {len(done)} already done, {len(todo)} to run here")
     shard = out / (f"predictions.rank{state.process_index}.jsonl" if state.num_processes > 1 else "predictions.jsonl")
+    drop_torn_tail(shard)
     if todo:
         run = make_runner(cfg, method, prompt, engine)
         bar = tqdm(total=len(todo), desc=method.method, disable=not (cfg.show_progress and state.is_main_process))

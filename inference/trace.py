@@ -1,0 +1,106 @@
+"""Why did retrieval fire? An HTML view of one question: generated words coloured by RIND score, the trigger
+points, the discarded text, the queries formed and the documents each round saw.
+
+    python -m inference.trace --dataset world-two-hop --question_index 3 --theta 0.5 --out runs/trace.html
+    python -m inference.trace --question "Who founded Ludisk Records?" --out runs/trace.html
+    python -m inference.trace --predictions runs/eval/dragin/predictions.jsonl --question_id ID --out t.html
+
+The third form renders a record saved by ``inference.evaluate`` run with ``--keep_signals true``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from inference.config import parse_config, run_cli
+from inference.engine import EngineConfig
+from inference.methods import MethodConfig
+from inference.prompts import PromptConfig
+
+
+@dataclass
+class TraceConfig:
+    model: str = "smollm2-135m"
+    dataset: str = "world-two-hop"
+    question_index: int = 0
+    question: str | None = None  # ask this instead of a dataset question
+    index: str | None = None
+    predictions: str | None = None  # render a saved record instead of running the model
+    question_id: str | None = None
+    out: str = "runs/trace.html"
+
+
+def _colour(score: float, theta: float) -> str:
+    """White at 0, full red at θ and above: the eye finds the words that came near firing."""
+    level = max(0.0, min(1.0, score / theta if theta > 0 else float(score > 0)))
+    return f"rgba(220, 40, 40, {0.08 + 0.8 * level:.2f})"
+
+
+def render(record: dict[str, Any]) -> str:
+    parts = [f"<h2>{html.escape(record['question'])}</h2>",
+             f"<p>gold: {html.escape(' | '.join(record['answers']))}<br>output: <b>"
+             f"{html.escape(record.get('output') or '')}</b></p>"]
+    for rnd in record.get("signals", []):
+        theta, trig = rnd["theta"], rnd.get("trigger")
+        docs = ", ".join(html.escape(d["title"] or d["id"]) for d in rnd["docs"]) or "none"
+        parts.append(f"<h3>round {rnd['round']}</h3><p class=docs>documents in the prompt: {docs}</p><p>")
+        for w in rnd["words"]:
+            discarded = w["first_token"] >= rnd["kept_tokens"]
+            is_trigger = trig is not None and w["first_token"] == trig["token"]
+            title = (f"RIND {w['score']:.3f} = H {w['entropy']:.3f} × a_max {w['attention']:.3f} × s "
+                     f"{int(w['content'])}; min p {w['min_prob']:.3f}")
+            style = f"background:{_colour(w['score'], theta)}"
+            style += ";outline:2px solid black" if is_trigger else ""
+            style += ";text-decoration:line-through;opacity:0.6" if discarded else ""
+            text = html.escape(w["text"]).replace("\n", "<br>")
+            parts.append(f'<span style="{style}" title="{html.escape(title)}">{text}</span>')
+        parts.append("</p>")
+        if trig is not None:
+            parts.append(f"<p>&#9889; fired at token {trig['token']} (score {trig['score']:.3f} &gt; θ {theta}); "
+                         f"query: <code>{html.escape(trig['query'] or '')}</code></p>")
+    style = "body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.9}span{padding:1px 0}"
+    return f"<!doctype html><meta charset=utf-8><title>RIND trace</title><style>{style}</style>" + "".join(parts)
+
+
+def trace_record(cfg: TraceConfig, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig) -> dict:
+    if cfg.predictions:
+        for line in Path(cfg.predictions).read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            if rec["id"] == cfg.question_id:
+                if "signals" not in rec:
+                    raise ValueError("this record has no signals: evaluate with --keep_signals true")
+                return rec
+        raise ValueError(f"question id {cfg.question_id} not in {cfg.predictions}")
+    from data_builders.schema import QAExample
+    from inference.engine import DynamicRAGEngine
+    from inference.eval_data import load_eval_retriever, load_examples
+    from inference.models import load_causal_lm
+    from inference.prompts import PromptBuilder
+
+    if cfg.question:
+        example = QAExample("trace", cfg.question, ["?"])
+    else:
+        example = load_examples(cfg.dataset, start=cfg.question_index, limit=1)[0]
+    model, tokenizer = load_causal_lm(cfg.model)
+    retriever = load_eval_retriever(cfg.index, cfg.dataset)
+    engine.keep_signals = True
+    eng = DynamicRAGEngine(model, tokenizer, retriever, PromptBuilder(tokenizer, prompt), method, engine)
+    return eng.run([example], show_progress=False)[0]
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg, method, prompt, engine = parse_config((TraceConfig, MethodConfig, PromptConfig, EngineConfig), argv,
+                                               prog="python -m inference.trace")
+    record = trace_record(cfg, method, prompt, engine)
+    Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(cfg.out).write_text(render(record), encoding="utf-8")
+    print(f"{len(record.get('retrievals', []))} retrievals; trace written to {cfg.out}")
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
