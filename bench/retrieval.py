@@ -105,11 +105,11 @@ def main() -> None:
     shared = Path(args.shared_data) if args.shared_data else find_shared_data_dir()
     if shared and shared.exists():
         real = pooled_shared_corpus(shared)
-        results.update(bench_bm25("real", [p.contents for p in real], random.Random(0).choices(questions, k=args.queries),
-                                  args.rank_queries))
+        queries = random.Random(0).choices(questions, k=args.queries)
+        results.update(bench_bm25("real", [p.contents for p in real], queries, args.rank_queries))
     scaled = scale_passages(world, args.world_size)
-    results.update(bench_bm25("world", [p.contents for p in scaled], random.Random(1).choices(questions, k=args.queries),
-                              args.rank_queries))
+    queries = random.Random(1).choices(questions, k=args.queries)
+    results.update(bench_bm25("world", [p.contents for p in scaled], queries, args.rank_queries))
     results.update(bench_dense(args.encode, args.faiss_vectors, args.queries))
     results["ratio"] = results["world_query_ratio"]
 

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def fake_runner(calls):
     def run(examples):
         calls.extend(e.id for e in examples)
-        return [{"id": e.id, "question": e.question, "answers": e.answers, "output": f"So the answer is {e.answers[0]}.",
+        return [{"id": e.id, "question": e.question, "answers": e.answers,
+                 "output": f"So the answer is {e.answers[0]}.",
                  "retrievals": [{"query": e.question, "doc_ids": ["d1"]}], "llm_forward_passes": 3,
                  "generated_tokens": 5, "rounds": 1, "seconds": 0.5} for e in examples]
     return run
