@@ -119,7 +119,8 @@ def main() -> None:
         if f"{name}_passages" in results:
             r = {k[len(name) + 1:]: v for k, v in results.items() if k.startswith(name + "_")}
             print(f"{name:8s} {r['passages']:9d} {r['bm25s_build_s']:11.2f}s {r['rank_bm25_build_s']:10.2f}s "
-                  f"{r['bm25s_qps']:10.1f} {r['rank_bm25_qps']:9.2f} {r['query_ratio']:8.1f} {r['top10_overlap']:14.2f}")
+                  f"{r['bm25s_qps']:10.1f} {r['rank_bm25_qps']:9.2f} {r['query_ratio']:8.1f} "
+                  f"{r['top10_overlap']:14.2f}")
     print(f"dense encode (minilm): {results['dense_encode_passages_per_s']:.1f} passages/s")
     print(f"faiss over {args.faiss_vectors} vectors: flat {results['faiss_flat_qps']:.0f} q/s, hnsw "
           f"{results['faiss_hnsw_qps']:.0f} q/s (recall@10 vs flat {results['faiss_hnsw_recall10_vs_flat']:.2f})")
