@@ -72,12 +72,16 @@ def drop_torn_tail(path: Path) -> None:
 
 def make_runner(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig):
     """A callable ``examples -> records`` for the configured method."""
+    from accelerate import PartialState
+
     from inference.engine import DynamicRAGEngine
     from inference.eval_data import load_eval_retriever
     from inference.models import ModelOptions, load_causal_lm
     from inference.prompts import PromptBuilder
 
-    model, tokenizer = load_causal_lm(cfg.model, ModelOptions(dtype=cfg.dtype, device=cfg.device))
+    # Under `accelerate launch` each process takes its own GPU (cuda:0, cuda:1, ...), not all cuda:0.
+    device = str(PartialState().device) if cfg.device == "auto" else cfg.device
+    model, tokenizer = load_causal_lm(cfg.model, ModelOptions(dtype=cfg.dtype, device=device))
     retriever = None if method.trigger == "never" else load_eval_retriever(
         cfg.index, cfg.dataset, query_encoder=cfg.query_encoder, world_seed=cfg.world_seed)
     eng = DynamicRAGEngine(model, tokenizer, retriever, PromptBuilder(tokenizer, prompt), method, engine)

@@ -135,9 +135,10 @@ def token_f1_precision_recall(prediction: str, golds: str | Sequence[str]) -> tu
 
 
 def contained_accuracy(prediction: str, golds: str | Sequence[str], *, normalize: bool = True) -> float:
-    """1.0 if any gold answer is a substring of the prediction (PopQA's accuracy), else 0.0.
+    """1.0 if any gold answer is contained in the prediction (PopQA's accuracy), else 0.0.
 
-    ``normalize=True`` compares SQuAD-normalised strings. ``normalize=False`` reproduces ADAPT-LLM's evaluation,
+    ``normalize=True`` compares SQuAD-normalised strings on word boundaries, so a short gold such as "no" does
+    not match inside "not" or "nothing" (a plain substring test would credit "no" to most outputs). ``normalize=False`` reproduces ADAPT-LLM's evaluation,
     a raw case-insensitive substring test (``gold.lower() in prediction.lower()``), where punctuation and
     articles still have to match. Golds that are empty after normalisation are skipped because the empty
     string is contained in everything.
@@ -151,6 +152,8 @@ def contained_accuracy(prediction: str, golds: str | Sequence[str], *, normalize
         cands = [g.lower() for g in gold_list]
     if not pred:
         return 0.0
+    if normalize:
+        return float(any(c and f" {c} " in f" {pred} " for c in cands))
     return float(any(c and c in pred for c in cands))
 
 

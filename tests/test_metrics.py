@@ -141,8 +141,11 @@ def test_contained_normalised() -> None:
     assert contained_accuracy("He was born in Paris, France.", ["paris"]) == 1.0
     assert contained_accuracy("He was born in Lyon.", ["Paris", "Marseille"]) == 0.0
     assert contained_accuracy("Born in Lyon or Marseille", ["Paris", "Marseille"]) == 1.0
-    # pure substring test, as PopQA's evaluation: "1" is inside "1990"
-    assert contained_accuracy("in 1990", ["1"]) == 1.0
+    # word boundaries: "1" is not inside "1990", "no" is not inside "nothing"; the raw mode is a plain substring test
+    assert contained_accuracy("in 1990", ["1"]) == 0.0
+    assert contained_accuracy("There is nothing", ["no"]) == 0.0
+    assert contained_accuracy("No, it is not.", ["no"]) == 1.0
+    assert contained_accuracy("in 1990", ["1"], normalize=False) == 1.0
     assert contained_accuracy("Il est né à São Paulo.", ["são paulo"]) == 1.0
 
 
