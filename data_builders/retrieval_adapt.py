@@ -1,0 +1,186 @@
+"""Distillation data for Iter-RetGen's generation-augmented retrieval adaptation.
+
+For each training question: run Iter-RetGen's iteration 1 to get y1; retrieve ``num_candidates`` paragraphs
+with the current dense retriever; score each with the re-ranker, which sees the question AND y1. Writes:
+
+    OUT/rows.jsonl      one row per finished question, appended per batch (the resume log)
+    OUT/dataset/       DatasetDict(train, validation): question_id, question, answers, gold_ids, y1, y1_answer,
+                       candidate_ids, candidate_positions (rows of the index), teacher_scores, retriever_scores
+    OUT/stats.json     counts, teacher/retriever quality on gold passages, source hashes, wall times
+    OUT/config.yaml    the resolved configuration
+
+    python -m data_builders.retrieval_adapt retrieval_adapt/configs/data_world.yaml
+    python -m data_builders.retrieval_adapt retrieval_adapt/configs/data_world.yaml --end 20 --out runs/tmp
+
+Resumable: a rerun with the same OUT skips the question ids already in rows.jsonl (a row half-written when a
+run died is dropped and redone). Changing a setting that changes the rows requires a fresh OUT.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+from data_builders.question_sets import QuestionsConfig, file_hash, load_questions, source_hash
+from data_builders.retrieval_adapt_io import append_rows, read_rows, row_stats, to_dataset_dict
+from data_builders.schema import QAExample
+from inference.config import ConfigError, config_dict, parse_config, run_cli, save_config
+from inference.iter_retgen_prompts import PromptStyle
+
+logger = logging.getLogger(__name__)
+
+# Fields that change speed, not content: a resumed run may change them.
+RUNTIME_FIELDS = frozenset({"gen_batch_size", "rerank_batch_size", "batch_size", "show_progress"})
+
+
+@dataclass
+class RetrievalAdaptDataConfig:
+    # Retriever whose query encoder will be adapted (an index folder built by retrieval_adapt.build_index)
+    index_dir: str = "runs/index/world-minilm"
+    query_encoder: str | None = None  # None: the index's own encoder
+    num_candidates: int = 24  # paper: not published; 20-32 keeps the LLM re-ranker affordable on CPU
+    candidate_query: Literal["question", "question_y1"] = "question"  # what retrieves the candidates
+    # Generator of y1 (Iter-RetGen iteration 1)
+    generator: str = "smollm2-135m"
+    prompt_style: PromptStyle = "chat"
+    k: int = 5  # paragraphs in the generation prompt (paper: 5)
+    max_new_tokens: int = 32
+    gen_batch_size: int = 16
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    # Re-ranker (teacher)
+    reranker: Literal["llm", "cross_encoder"] = "llm"
+    reranker_model: str = "smollm2-135m"  # a cross-encoder: hub id or path (e.g. a TART/MS MARCO model)
+    llm_score: Literal["answer_logprob", "yes_logprob"] = "answer_logprob"
+    reranker_uses_y1: bool = True  # the paper's point: the re-ranker sees y1
+    rerank_batch_size: int = 16
+    # Output
+    out: str = "runs/retrieval_adapt/world-data"
+    validation_fraction: float = 0.1  # paper: 9k train / 1k validation
+    split_seed: int = 0
+    batch_size: int = 16  # questions per resumable chunk
+    show_progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.num_candidates < 2:
+            raise ValueError(f"num_candidates must be >= 2 (a distribution needs two), got {self.num_candidates}")
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise ValueError(f"validation_fraction must be in [0, 1), got {self.validation_fraction}")
+        for name in ("k", "max_new_tokens", "gen_batch_size", "rerank_batch_size", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+def candidate_rows(examples: list[QAExample], y1s: list[str], y1_answers: list[str], retriever, reranker,
+                   cfg: RetrievalAdaptDataConfig, position: dict[str, int]) -> list[dict]:
+    """Candidates (retrieved with q or y1+q), their re-ranker scores, and provenance, one row per question."""
+    from inference.iter_retgen import join_query
+    from retrieval_adapt.rerankers import RerankItem
+
+    queries = [ex.question if cfg.candidate_query == "question" else join_query(ex.question, y)
+               for ex, y in zip(examples, y1s)]
+    hits = retriever.search(queries, cfg.num_candidates)
+    items = [RerankItem(ex.question, y, [h.passage for h in row], list(ex.answers))
+             for ex, y, row in zip(examples, y1s, hits)]
+    teacher = reranker.score_batch(items)
+    return [{
+        "question_id": ex.id, "question": ex.question, "answers": list(ex.answers),
+        "gold_ids": [p.id for p in ex.gold_passages], "y1": y, "y1_answer": ya,
+        "candidate_ids": [h.passage.id for h in row], "candidate_positions": [position[h.passage.id] for h in row],
+        "teacher_scores": scores, "retriever_scores": [h.score for h in row],
+    } for ex, y, ya, row, scores in zip(examples, y1s, y1_answers, hits, teacher)]
+
+
+def check_resume(out: Path, cfg: RetrievalAdaptDataConfig, qcfg: QuestionsConfig) -> None:
+    """Refuse to append to rows made with different content settings."""
+    saved_path = out / "config.yaml"
+    if not (out / "rows.jsonl").is_file() or not saved_path.is_file():
+        return
+    saved = yaml.safe_load(saved_path.read_text()) or {}
+    now = config_dict(qcfg, cfg)
+    changed = sorted(k for k in now if k not in RUNTIME_FIELDS and k not in ("start", "end") and
+                     saved.get(k, now[k]) != now[k])
+    if changed:
+        raise ConfigError(f"{out} holds rows built with other settings ({', '.join(changed)}); "
+                          "use a fresh --out, or restore those settings to resume")
+
+
+def _load_models(cfg: RetrievalAdaptDataConfig):
+    from inference.iter_retgen import IterRetGen, IterRetGenConfig, LMGenerator
+    from retrieval_adapt.dense import DenseRetriever
+    from retrieval_adapt.rerankers import build_reranker
+
+    retriever = DenseRetriever.load(cfg.index_dir, query_encoder=cfg.query_encoder)
+    generator = LMGenerator.from_name(cfg.generator, dtype=cfg.dtype, max_new_tokens=cfg.max_new_tokens,
+                                      batch_size=cfg.gen_batch_size)
+    if cfg.reranker == "llm" and cfg.reranker_model == cfg.generator:  # one copy of the model is enough
+        from retrieval_adapt.rerankers import LLMReranker
+
+        reranker = LLMReranker(generator.model, generator.tokenizer, mode=cfg.llm_score,
+                               use_y1=cfg.reranker_uses_y1, batch_size=cfg.rerank_batch_size)
+    else:
+        reranker = build_reranker(cfg.reranker, cfg.reranker_model, mode=cfg.llm_score, use_y1=cfg.reranker_uses_y1,
+                                  batch_size=cfg.rerank_batch_size, dtype=cfg.dtype)
+    loop = IterRetGen(retriever, generator, IterRetGenConfig(iterations=1, k=cfg.k, prompt_style=cfg.prompt_style))
+    return retriever, loop, reranker
+
+
+def build(qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, *, models=None):
+    """Run (or resume) the builder; ``models`` = (retriever, IterRetGen loop, reranker) injects test doubles."""
+    from tqdm.auto import tqdm
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    check_resume(out, cfg, qcfg)
+    save_config(out / "config.yaml", qcfg, cfg)
+    examples = load_questions(qcfg)
+    done = {r["question_id"] for r in read_rows(out / "rows.jsonl")}
+    todo = [ex for ex in examples if ex.id not in done]
+    logger.info("%d questions, %d already done, %d to build", len(examples), len(examples) - len(todo), len(todo))
+    timings = {"generate_s": 0.0, "rerank_s": 0.0}
+    if todo:
+        retriever, loop, reranker = models or _load_models(cfg)
+        position = {p.id: i for i, p in enumerate(retriever.passages)}  # candidate id -> row of embeddings.npy
+        batches = range(0, len(todo), cfg.batch_size)
+        for s in tqdm(batches, desc="questions", unit="batch", disable=not cfg.show_progress,
+                      total=math.ceil(len(todo) / cfg.batch_size)):
+            chunk = todo[s:s + cfg.batch_size]
+            t0 = time.perf_counter()
+            first = [rec.iterations[0] for rec in loop.run(chunk)]
+            t1 = time.perf_counter()
+            rows = candidate_rows(chunk, [it.output for it in first], [it.answer for it in first], retriever,
+                                  reranker, cfg, position)
+            timings["generate_s"] += t1 - t0
+            timings["rerank_s"] += time.perf_counter() - t1
+            append_rows(out / "rows.jsonl", rows)  # a finished batch survives any later crash
+    wanted = {ex.id for ex in examples}
+    rows = [r for r in read_rows(out / "rows.jsonl") if r["question_id"] in wanted]
+    dataset = to_dataset_dict(rows, cfg.validation_fraction, cfg.split_seed)
+    dataset.save_to_disk(str(out / "dataset"))
+    stats = {**row_stats(rows), "n_train": len(dataset["train"]), "n_validation": len(dataset["validation"]),
+             "built_this_run": len(todo), "questions_sha256": source_hash(qcfg),
+             "index_passages_sha256": file_hash(Path(cfg.index_dir) / "passages.jsonl"),
+             **{f"this_run_{k}": round(v, 2) for k, v in timings.items()}}
+    (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    return dataset, stats
+
+
+def main(argv: list[str] | None = None) -> None:
+    qcfg, cfg = parse_config((QuestionsConfig, RetrievalAdaptDataConfig), argv,
+                             prog="python -m data_builders.retrieval_adapt")
+    start = time.perf_counter()
+    _, stats = build(qcfg, cfg)
+    print(json.dumps(stats, indent=2))
+    print(f"wrote {cfg.out}/dataset in {time.perf_counter() - start:.1f}s")
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    sys.exit(run_cli(main))

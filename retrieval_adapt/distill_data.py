@@ -1,0 +1,89 @@
+"""Batches for retriever distillation: queries, candidate corpus positions and teacher scores, padded to K."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from data_builders.schema import DataError
+
+QueryInput = Literal["question", "question_y1"]
+
+
+@dataclass
+class DistillBatch:
+    queries: list[str]  # B
+    positions: torch.Tensor  # (B, K) rows of the index's embeddings.npy (padding: 0, masked)
+    teacher_scores: torch.Tensor  # (B, K)
+    mask: torch.Tensor  # (B, K) True = a real candidate
+
+
+@dataclass
+class DistillData:
+    train: object  # datasets.Dataset
+    validation: object
+    retriever: object  # retrieval_adapt.dense.DenseRetriever: passages, embeddings.npy, a fresh query encoder
+
+
+def query_text(row: dict, query_input: QueryInput) -> str:
+    """The retriever's input: q, or y1 joined to q the way Iter-RetGen's later iterations query."""
+    from inference.iter_retgen import join_query
+
+    return row["question"] if query_input == "question" else join_query(row["question"], row["y1"])
+
+
+def collate(rows: list[dict], query_input: QueryInput, prior_weight: float = 0.0) -> DistillBatch:
+    """Pad to the largest K. ``prior_weight`` > 0 adds the stored retriever scores to the teacher's (a retriever
+    prior: see ``DistillConfig.teacher_prior``)."""
+    k = max(len(r["candidate_positions"]) for r in rows)
+    positions = torch.zeros(len(rows), k, dtype=torch.long)
+    teacher = torch.zeros(len(rows), k)
+    mask = torch.zeros(len(rows), k, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        n = len(r["candidate_positions"])
+        positions[i, :n] = torch.tensor(r["candidate_positions"])
+        teacher[i, :n] = torch.tensor(r["teacher_scores"], dtype=torch.float)
+        if prior_weight:
+            teacher[i, :n] += prior_weight * torch.tensor(r["retriever_scores"], dtype=torch.float)
+        mask[i, :n] = True
+    return DistillBatch([query_text(r, query_input) for r in rows], positions, teacher, mask)
+
+
+def make_loader(dataset, batch_size: int, query_input: QueryInput, *, shuffle: bool, prior_weight: float = 0.0):
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle,
+                                       collate_fn=partial(collate, query_input=query_input, prior_weight=prior_weight))
+
+
+def check_positions(dataset, passages, where: str) -> None:
+    """Every candidate position must name the same passage id in this index (the data may come from another)."""
+    for row in dataset:
+        for pid, pos in zip(row["candidate_ids"], row["candidate_positions"]):
+            if pos >= len(passages) or passages[pos].id != pid:
+                raise DataError(f"candidate {pid} at position {pos} does not match the index; was the data built "
+                                "with another index_dir?", source=where, record=row["question_id"])
+
+
+def load_distill_data(data_dir: str | Path, index_dir: str | Path, *, device: str = "auto") -> DistillData:
+    from datasets import load_from_disk
+
+    from retrieval_adapt.dense import DenseRetriever
+
+    path = Path(data_dir) / "dataset"
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} does not exist; build it with `python -m data_builders.retrieval_adapt`")
+    data = load_from_disk(str(path))
+    if len(data["validation"]) == 0:
+        raise DataError("the validation split is empty: the best checkpoint is chosen by validation loss; "
+                        "rebuild with validation_fraction > 0", source=str(path))
+    # use_gpu=False: training only reads embeddings.npy; the faiss index is loaded but never searched or written.
+    retriever = DenseRetriever.load(index_dir, device=device, use_gpu=False)
+    if retriever.embeddings is None:
+        raise DataError("the index has no embeddings.npy; rebuild it with retrieval_adapt.build_index",
+                        source=str(index_dir))
+    for split in ("train", "validation"):
+        check_positions(data[split], retriever.passages, f"{path}/{split}")
+    return DistillData(data["train"], data["validation"], retriever)

@@ -1,0 +1,157 @@
+"""Query-encoder distillation: a step moves the query encoder only; the index and passage encoder stay fixed;
+the best checkpoint loads into DenseRetriever; a rerun resumes; the entry script runs from a YAML."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from data_builders.retrieval_adapt_io import to_dataset_dict
+from data_builders.schema import DataError, Passage
+from retrieval_adapt.dense import DenseRetriever
+from retrieval_adapt.distill import DistillConfig, train
+from retrieval_adapt.distill_data import collate
+from retrieval_adapt.encoders import MeanPoolingEncoder
+
+REPO = Path(__file__).resolve().parents[1]
+PASSAGES = [Passage(f"p{i}", f"Title {i}", f"Passage number {i} about topic {i % 3}.") for i in range(8)]
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.iterdir()) if f.is_file()}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> dict[str, Path]:
+    """A tiny random BERT encoder folder, a dense index over 8 passages, and a distillation dataset."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from inference.models import resolve_model
+
+    root = tmp_path_factory.mktemp("distill")
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("minilm"))
+    bert = BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=32))
+    enc = MeanPoolingEncoder(bert, tokenizer, normalize=True, max_length=32)
+    enc.save(root / "encoder")
+    DenseRetriever.build(PASSAGES, MeanPoolingEncoder.from_name(str(root / "encoder")),
+                         show_progress=False).save(root / "index")
+    rows = []
+    for i in range(6):
+        pos = [(i + j) % 8 for j in range(4 - i % 2)]  # 4 or 3 candidates: padding and masks get exercised
+        rows.append({"question_id": f"q{i}", "question": f"question {i} topic {i % 3}", "answers": ["a"],
+                     "gold_ids": [], "y1": f"draft {i}", "y1_answer": "", "candidate_ids": [f"p{p}" for p in pos],
+                     "candidate_positions": pos, "teacher_scores": [3.0 if j == 1 else 0.0 for j in range(len(pos))],
+                     "retriever_scores": [0.0] * len(pos)})
+    to_dataset_dict(rows, 0.34, 0).save_to_disk(str(root / "data" / "dataset"))
+    return {"root": root, "encoder": root / "encoder", "index": root / "index", "data": root / "data"}
+
+
+def _config(setup, out: Path, **kw) -> DistillConfig:
+    base = dict(data_dir=str(setup["data"]), index_dir=str(setup["index"]), output_dir=str(out), batch_size=2,
+                learning_rate=1e-2, max_steps=2, eval_steps=1, logging_steps=1, temperature=0.1)
+    return DistillConfig(**{**base, **kw})
+
+
+def _checkpoint_weights(out: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return {k.removeprefix("model."): v for k, v in load_file(str(out / "checkpoint" / "model.safetensors")).items()}
+
+
+def test_step_changes_query_encoder_only(setup, tmp_path):
+    encoder_before, index_before = _digest(setup["encoder"]), _digest(setup["index"])
+    emb_before = np.load(setup["index"] / "embeddings.npy").copy()
+    initial = MeanPoolingEncoder.from_name(str(setup["encoder"])).model.state_dict()
+    result = train(_config(setup, tmp_path / "out", max_steps=1))
+    assert result["steps"] == 1
+    # One optimiser step moved the query encoder's weights ...
+    after = _checkpoint_weights(tmp_path / "out")
+    assert any(not torch.equal(initial[k], after[k]) for k in initial if k in after)
+    assert {k for k in initial if "embeddings.word_embeddings" in k} <= set(after)
+    # ... while the passage encoder's files, the stored embeddings and the faiss index are untouched.
+    assert _digest(setup["encoder"]) == encoder_before and _digest(setup["index"]) == index_before
+    np.testing.assert_array_equal(np.load(setup["index"] / "embeddings.npy"), emb_before)
+    retriever = DenseRetriever.load(setup["index"], query_encoder=str(tmp_path / "out" / "query_encoder"))
+    assert retriever.index.ntotal == len(PASSAGES)
+    assert [len(r) for r in retriever.search(["question 1"], 3)] == [3]
+    assert MeanPoolingEncoder.from_name(str(tmp_path / "out" / "query_encoder")).normalize
+    log = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert any("loss" in r and "agreement@1" in r for r in log) and any("val_loss" in r for r in log)
+    assert (tmp_path / "out" / "config.yaml").is_file()
+
+
+def test_training_lowers_loss_and_resumes(setup, tmp_path):
+    out = tmp_path / "out"
+    cfg = dict(batch_size=4, learning_rate=3e-3)  # one full batch of the 4 training questions per step
+    train(_config(setup, out, max_steps=2, **cfg))
+    assert json.loads((out / "trainer_state.json").read_text())["step"] == 2
+    result = train(_config(setup, out, max_steps=8, **cfg))  # resumes at step 2
+    assert result["steps"] == 8
+    log = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if "val_loss" in r] == list(range(9))  # step 0 once, no step done twice
+    train_loss = {r["step"]: r["kl"] for r in log if "kl" in r}
+    assert train_loss[8] < train_loss[1]  # the query encoder learned to follow the teacher
+    val = [r["val_loss"] for r in log if "val_loss" in r]
+    assert result["best_val_loss"] == pytest.approx(min(val))
+
+
+def test_positions_must_match_the_index(setup, tmp_path):
+    from datasets import load_from_disk
+
+    data = load_from_disk(str(setup["data"] / "dataset"))
+    bad = data.map(lambda r: {"candidate_positions": [(p + 1) % 8 for p in r["candidate_positions"]]})
+    bad.save_to_disk(str(tmp_path / "bad" / "dataset"))
+    with pytest.raises(DataError, match="does not match the index"):
+        train(_config(setup, tmp_path / "out", data_dir=str(tmp_path / "bad")))
+
+
+def test_collate_pads_and_builds_queries():
+    rows = [{"question": "q?", "y1": "y one", "candidate_positions": [3, 1], "teacher_scores": [1.0, 2.0]},
+            {"question": "r?", "y1": "", "candidate_positions": [0], "teacher_scores": [5.0]}]
+    batch = collate(rows, "question_y1")
+    assert batch.queries == ["y one q?", "r?"]
+    assert batch.positions.tolist() == [[3, 1], [0, 0]] and batch.mask.tolist() == [[True, True], [True, False]]
+    assert collate(rows, "question").queries == ["q?", "r?"]
+    rows[0]["retriever_scores"], rows[1]["retriever_scores"] = [0.5, 0.25], [1.0]
+    # teacher_prior="retriever": t + (tau_t / tau) * s0, e.g. 1.0 + 4 * 0.5 = 3.0
+    assert collate(rows, "question", prior_weight=4.0).teacher_scores.tolist() == [[3.0, 3.0], [9.0, 0.0]]
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        DistillConfig(batch_size=0)
+    with pytest.raises(ValueError, match="learning_rate must be positive"):
+        DistillConfig(learning_rate=0)
+
+
+def test_entry_script_runs_from_yaml(setup, tmp_path):
+    cfg = _config(setup, tmp_path / "cli", max_steps=1)
+    path = tmp_path / "distill.yaml"
+    path.write_text(yaml.safe_dump({k: v for k, v in cfg.__dict__.items()}))
+    spec = importlib.util.spec_from_file_location("distill_retriever", REPO / "training" / "distill_retriever.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main([str(path), "--max_steps", "1"])
+    assert (tmp_path / "cli" / "query_encoder" / "pooling.json").is_file()
+    assert yaml.safe_load((tmp_path / "cli" / "config.yaml").read_text())["max_steps"] == 1
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "retrieval_adapt" / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_config_parses(path):
+    from data_builders.question_sets import QuestionsConfig
+    from data_builders.retrieval_adapt import RetrievalAdaptDataConfig
+    from inference.config import parse_config
+    from retrieval_adapt.evaluate_adapted import EvaluateAdaptedConfig
+
+    types = {"data": (QuestionsConfig, RetrievalAdaptDataConfig), "distill": (DistillConfig,),
+             "evaluate": (QuestionsConfig, EvaluateAdaptedConfig)}[path.name.split("_")[0]]
+    assert len(parse_config(types, [str(path)])) == len(types)

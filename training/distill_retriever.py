@@ -1,0 +1,39 @@
+"""Iter-RetGen retrieval adaptation: distil re-ranker scores into the dense retriever's query encoder.
+
+    # 1. a dense index (kept fixed) and 2. the distillation data (y1, candidates, re-ranker scores)
+    python -m retrieval_adapt.build_index --corpus world --kind dense --encoder minilm --out runs/index/world-minilm
+    python -m data_builders.retrieval_adapt retrieval_adapt/configs/data_world.yaml
+    # 3. this job (any accelerate config; the paper's settings are in distill_paper.yaml)
+    accelerate launch training/distill_retriever.py retrieval_adapt/configs/distill_world_cpu.yaml
+    accelerate launch --config_file accelerate_configs/<config>.yaml training/distill_retriever.py \\
+        retrieval_adapt/configs/distill_paper.yaml --data_dir runs/... --index_dir runs/... --output_dir runs/...
+    # 4. use it
+    python -m retrieval_adapt.search runs/index/world-minilm "question" --query-encoder OUT/query_encoder
+
+Plain ``python training/distill_retriever.py CONFIG.yaml`` runs on one process. Rerunning with the same
+``output_dir`` resumes from its checkpoint (``--resume false`` starts over in place).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # `accelerate launch training/x.py` runs a file: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from inference.config import parse_config, run_cli  # noqa: E402
+from retrieval_adapt.distill import DistillConfig, train  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> None:
+    (cfg,) = parse_config((DistillConfig,), argv, prog="accelerate launch training/distill_retriever.py")
+    result = train(cfg)
+    print(f"best validation loss {result['best_val_loss']:.5f} at step {result['best_step']} "
+          f"({result['steps']} steps); query encoder: {cfg.output_dir}/query_encoder")
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    sys.exit(run_cli(main))
