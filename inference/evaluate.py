@@ -84,8 +84,35 @@ def make_runner(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, eng
     model, tokenizer = load_causal_lm(cfg.model, ModelOptions(dtype=cfg.dtype, device=device))
     retriever = None if method.trigger == "never" else load_eval_retriever(
         cfg.index, cfg.dataset, query_encoder=cfg.query_encoder, world_seed=cfg.world_seed)
+    if method.method == "iter-retgen":
+        return iter_retgen_runner(model, tokenizer, retriever, method, prompt, engine)
     eng = DynamicRAGEngine(model, tokenizer, retriever, PromptBuilder(tokenizer, prompt), method, engine)
     return lambda examples: eng.run(examples, show_progress=False)
+
+
+def iter_retgen_runner(model, tokenizer, retriever, method: MethodConfig, prompt: PromptConfig,
+                       engine: EngineConfig):
+    """Iter-RetGen behind the same record shape as the engine's methods (one retrieval per iteration)."""
+    import time
+
+    from inference.iter_retgen import IterRetGen, IterRetGenConfig, LMGenerator
+
+    generator = LMGenerator(model, tokenizer, max_new_tokens=engine.max_new_tokens, batch_size=engine.batch_size)
+    loop = IterRetGen(retriever, generator, IterRetGenConfig(iterations=method.iterations, k=method.top_k,
+                                                             prompt_style=prompt.prompt_style))
+
+    def run(examples):
+        start, before = time.perf_counter(), generator.generated_tokens
+        records = loop.run(examples)
+        seconds = (time.perf_counter() - start) / max(1, len(examples))
+        tokens = (generator.generated_tokens - before) / max(1, len(examples))
+        return [{"id": r.id, "question": r.question, "answers": r.answers, "output": r.iterations[-1].output,
+                 "retrievals": [{"round": t + 1, "query": it.query, "doc_ids": it.doc_ids} for t, it in
+                                enumerate(r.iterations)],
+                 "iterations": [{"answer": it.answer, **it.metrics} for it in r.iterations],
+                 "llm_forward_passes": None, "generated_tokens": tokens, "rounds": len(r.iterations),
+                 "seconds": seconds} for r in records]
+    return run
 
 
 def evaluate(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig) -> dict[str, Any]:

@@ -88,7 +88,7 @@ class Event:
 class MethodConfig:
     """All knobs of a dynamic-RAG method. Defaults follow the DRAGIN paper and its public configuration."""
 
-    method: Literal["wo-rag", "sr-rag", "fl-rag", "fs-rag", "flare", "dragin", "custom"] = "dragin"
+    method: Literal["wo-rag", "sr-rag", "fl-rag", "fs-rag", "flare", "dragin", "custom", "iter-retgen"] = "dragin"
     trigger: TriggerName | None = None  # None: the method's own; set both for ablations ("custom")
     query: QueryName | None = None
     top_k: int = 3  # documents per retrieval (DRAGIN: 3 via BM25; FLARE used 2)
@@ -103,11 +103,14 @@ class MethodConfig:
     flare_threshold: float = 0.4  # a token with p ≤ this triggers (FlashRAG-style; FLARE's look-ahead 0.8)
     flare_mask_prob: float = 0.4  # FLARE: tokens with p ≤ this are dropped from the query
     query_max_words: int = 64  # BM25 query cut to its last 64 words (reference: 64 tokens)
+    iterations: int = 2  # Iter-RetGen's T (its top_k is 5 in the paper: set --top_k 5)
 
     def __post_init__(self):
         defaults = {"wo-rag": ("never", "question"), "sr-rag": ("single", "question"),
                     "fl-rag": ("fixed_length", "last_window"), "fs-rag": ("fixed_sentence", "last_sentence"),
-                    "flare": ("flare", "flare_masked"), "dragin": ("rind", "qfs"), "custom": (None, None)}
+                    "flare": ("flare", "flare_masked"), "dragin": ("rind", "qfs"), "custom": (None, None),
+                    # Iter-RetGen is a loop of whole generations (inference/iter_retgen.py), not a trigger
+                    "iter-retgen": ("single", "question")}
         if self.method not in defaults:
             raise ValueError(f"unknown method '{self.method}' (known: {', '.join(defaults)})")
         trig, query = defaults[self.method]

@@ -29,7 +29,7 @@ def summarise(records: list[dict[str, Any]], dataset: str = "") -> dict[str, Any
     n = len(records)
     efficiency = {
         "retrieval_calls": sum(len(r.get("retrievals", [])) for r in records) / n,
-        "llm_forward_passes": sum(r.get("llm_forward_passes", 0) for r in records) / n,
+        "llm_forward_passes": sum(r.get("llm_forward_passes") or 0 for r in records) / n,
         "generated_tokens": sum(r.get("generated_tokens", 0) for r in records) / n,
         "seconds_per_question": sum(r.get("seconds", 0.0) for r in records) / n,
     }

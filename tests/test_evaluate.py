@@ -99,3 +99,14 @@ def test_evaluate_end_to_end_smollm2(tmp_path):
     assert metrics["n"] == 3 and metrics["llm_forward_passes"] > 0
     records = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
     assert all(r["output"] for r in records)
+
+
+def test_iter_retgen_runner_record_shape(tiny_model, smol_tokenizer, fake_retriever):
+    runner = ev.iter_retgen_runner(tiny_model, smol_tokenizer, fake_retriever,
+                                   MethodConfig(method="iter-retgen", top_k=2, iterations=3), PromptConfig(),
+                                   EngineConfig(max_new_tokens=6, batch_size=2))
+    [rec] = runner([QAExample("q", "Where is Quarvik?", ["Tessna"])])
+    assert len(rec["retrievals"]) == 3 and len(rec["iterations"]) == 3
+    assert rec["retrievals"][0]["query"] == "Where is Quarvik?"
+    assert rec["retrievals"][1]["query"].endswith("Where is Quarvik?")  # y1 joined to the question
+    assert summarise([rec])["retrieval_calls"] == 3.0
