@@ -140,7 +140,8 @@ def contained_accuracy(prediction: str, golds: str | Sequence[str], *, normalize
     ``normalize=True`` compares SQuAD-normalised strings on word boundaries, so a short gold such as "no" does
     not match inside "not" or "nothing" (a plain substring test would credit "no" to most outputs).
     ``normalize=False`` reproduces ADAPT-LLM's evaluation, a raw case-insensitive substring test
-    (``gold.lower() in prediction.lower()``), where punctuation and articles still have to match. Golds that are empty after normalisation are skipped because the empty
+    (``gold.lower() in prediction.lower()``), where punctuation and articles still have to match. Golds that are
+    empty after normalisation are skipped because the empty
     string is contained in everything.
     """
     gold_list = _check_golds(golds)

@@ -6,7 +6,6 @@ import json
 import math
 import random
 import re
-import time
 from collections import Counter
 
 import pytest
@@ -193,16 +192,14 @@ def test_single_hop_gold_is_retrievable_with_bm25(world):
     assert hits / len(questions) >= 0.8
 
 
-def test_scale_passages_100k_fast_unique_and_stable(world):
-    start = time.perf_counter()
+def test_scale_passages_100k_unique_and_stable(world):
+    # Speed is measured in bench/retrieval.py, never asserted here.
     passages = scale_passages(world, 100_000)
-    elapsed = time.perf_counter() - start
     assert len(passages) >= 100_000
     assert len({p.id for p in passages}) == len(passages)
     assert len({p.title.lower() for p in passages if not p.id.startswith("world-p-ck-")}) == len(
         [p for p in passages if not p.id.startswith("world-p-ck-")])
     assert passages[: len(world.passages)] == world.passages
-    assert elapsed < 20, f"scale_passages(100k) took {elapsed:.1f} s"
     for n in (2_000, 3_517):  # deterministic, exactly n, and a prefix of a larger corpus
         assert scale_passages(world, n) == passages[:n]
     assert scale_passages(world, 10) == world.passages
