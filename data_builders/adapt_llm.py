@@ -1,0 +1,270 @@
+"""ADAPT-LLM training data (the paper's Algorithm 1) as a Hugging Face ``DatasetDict``.
+
+    python -m data_builders.adapt_llm                                    # the embedded world, SmolLM2
+    python -m data_builders.adapt_llm my.yaml --source_limit 200         # YAML, then overrides
+    python -m data_builders.adapt_llm --source ../shared/data/squad/dev-v1.1.json --data_dir runs/squad
+
+For every question the base model answers closed-book (NR prompt). Judged correct -> one
+``parametric_prompt`` instance whose completion is the gold answer (``parametric_target: closed_book``: the
+model's own accepted answer); wrong -> one ``parametric_prompt``
+instance whose completion is ``<RET>`` and one ``context_prompt`` instance with the gold passage and the
+gold answer. Output in ``data_dir``: ``dataset/`` (train/validation, columns ``prompt``, ``completion``,
+``kind``, ``question_id``; both instances of a question in the same split), ``stats.json``,
+``config.yaml`` and the resumable ``closed_book.jsonl``.
+
+Sources: ``world`` (default: the training part of the embedded world's fictional single-hop and
+common-knowledge questions; :func:`data_builders.adapt_world.world_split` holds out the rest for
+evaluation) or any QA file that ships gold passages (canonical JSONL, SQuAD, NQ with passages, ...).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import shutil
+import sys
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from datasets import Dataset, DatasetDict, Features, Value, load_from_disk
+
+from data_builders.adapt_closed_book import ClosedBookFn, answer_closed_book, model_closed_book_fn
+from data_builders.adapt_prompts import RET_TOKEN, PromptVariant, context_prompt, parametric_prompt
+from data_builders.adapt_world import world_sample
+from data_builders.schema import DataError, QAExample
+from inference.metrics import contained_accuracy, exact_match
+
+logger = logging.getLogger(__name__)
+
+JudgeName = Literal["contains", "exact_match"]
+Judge = Callable[[str, Sequence[str]], bool]
+COLUMNS = ("prompt", "completion", "kind", "question_id")
+KINDS = ("parametric_answer", "parametric_ret", "context")
+
+
+@dataclass
+class AdaptDataConfig:
+    """Algorithm 1 settings. Field names are unique across the ADAPT-LLM configs, so one YAML can hold them all."""
+
+    data_dir: str = "runs/adapt_llm/data"  # output folder (and resume state)
+    source: str = "world"  # "world" or a QA file with gold passages
+    source_format: str | None = None  # a readers.QAFormat name; null = detect from the file
+    source_limit: int | None = None  # at most this many questions (world: a seeded sample of its training part)
+    world_seed: int = 0
+    heldout_fraction: float = 0.2  # world: share of questions kept out of training for evaluation
+    world_common_fraction: float | None = None  # world: share of common-knowledge questions; null = natural mix
+    base_model: str = "smollm2-135m"  # answers closed-book; the model the gate is then trained on
+    closed_book_dtype: str = "auto"
+    closed_book_batch_size: int = 16
+    closed_book_max_new_tokens: int = 20  # the authors' evaluation generates 20 tokens
+    judge: JudgeName = "contains"  # "contains": any gold answer in the output (PopQA's metric, the authors')
+    judge_normalize: bool = True  # SQuAD-normalise before "contains"; false = raw case-insensitive substring
+    prompt_variant: PromptVariant = "paper"
+    # Completion of a correct question's parametric instance: the gold answer (Algorithm 1), or the model's own
+    # closed-book answer that the judge accepted (keeps a small model's answer style, which carries its recall).
+    parametric_target: Literal["gold", "closed_book"] = "gold"
+    max_passage_words: int | None = 200  # cut long gold passages so the answer stays inside max_length
+    validation_fraction: float = 0.1  # share of questions (with all their instances) in the validation split
+    data_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.world_common_fraction is not None and not 0.0 <= self.world_common_fraction <= 1.0:
+            raise ValueError(f"world_common_fraction must be in [0, 1] or null, got {self.world_common_fraction}")
+        for name in ("heldout_fraction", "validation_fraction"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        for name in ("closed_book_batch_size", "closed_book_max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.source_limit is not None and self.source_limit < 1:
+            raise ValueError(f"source_limit must be >= 1 or null, got {self.source_limit}")
+        if self.max_passage_words is not None and self.max_passage_words < 1:
+            raise ValueError(f"max_passage_words must be >= 1 or null, got {self.max_passage_words}")
+        from data_builders.readers import QA_FORMATS
+
+        if self.source_format is not None and self.source_format not in QA_FORMATS:
+            raise ValueError(f"source_format must be one of {list(QA_FORMATS)} or null, got '{self.source_format}'")
+        if self.parametric_target not in ("gold", "closed_book"):
+            raise ValueError(f"parametric_target must be 'gold' or 'closed_book', got '{self.parametric_target}'")
+        if self.judge not in ("contains", "exact_match"):
+            raise ValueError(f"judge must be 'contains' or 'exact_match', got '{self.judge}'")
+
+    def labeller(self) -> dict[str, Any]:
+        """What determines a closed-book answer: a resumed file must have been written with the same."""
+        return {"model": self.base_model, "prompt_variant": self.prompt_variant,
+                "max_new_tokens": self.closed_book_max_new_tokens, "extraction": "response_text"}
+
+
+def make_judge(name: JudgeName = "contains", normalize: bool = True) -> Judge:
+    """Algorithm 1's ``ans = gold_ans`` made explicit. ``exact_match`` always SQuAD-normalises."""
+    if name == "contains":
+        return lambda pred, golds: contained_accuracy(pred, list(golds), normalize=normalize) > 0
+    if name == "exact_match":
+        return lambda pred, golds: exact_match(pred, list(golds)) > 0
+    raise ValueError(f"unknown judge '{name}' (contains, exact_match)")
+
+
+def load_source(cfg: AdaptDataConfig) -> list[QAExample]:
+    """The questions Algorithm 1 runs over; every one must carry gold passages."""
+    if cfg.source == "world":
+        examples = world_sample(cfg.world_seed, cfg.heldout_fraction, cfg.data_seed, cfg.source_limit,
+                                cfg.world_common_fraction)
+    else:
+        from data_builders.readers import read_qa
+
+        examples = read_qa(cfg.source, format=cfg.source_format, limit=cfg.source_limit)
+    if not examples:
+        raise DataError("no questions", source=cfg.source)
+    missing = [ex.id for ex in examples if not ex.gold_passages]
+    if missing:
+        raise DataError(f"{len(missing)} of {len(examples)} questions have no gold passages (first: {missing[:3]}). "
+                        "Algorithm 1 needs gold passages for its context_prompt instances: use SQuAD, NQ with "
+                        "passages, canonical JSONL with gold_passages, or the world; PopQA and NQ-open ship none",
+                        source=cfg.source)
+    return examples
+
+
+def algorithm1(examples: Sequence[QAExample], answers: dict[str, str], judge: Judge,
+               variant: PromptVariant = "paper", max_passage_words: int | None = None,
+               parametric_target: str = "gold") -> list[dict[str, str]]:
+    """The paper's Algorithm 1 over closed-book ``answers`` (id -> text): one row per instance."""
+    rows: list[dict[str, str]] = []
+    for ex in examples:
+        gold = ex.answers[0]  # the canonical answer; the judge accepts any alias
+        question_prompt = parametric_prompt(ex.question, variant)
+        if judge(answers[ex.id], ex.answers):
+            target = answers[ex.id] if parametric_target == "closed_book" else gold
+            rows.append({"prompt": question_prompt, "completion": target, "kind": "parametric_answer",
+                         "question_id": ex.id})
+            continue
+        rows.append({"prompt": question_prompt, "completion": RET_TOKEN, "kind": "parametric_ret",
+                     "question_id": ex.id})
+        rows.append({"prompt": context_prompt(ex.question, ex.gold_passages, variant, max_passage_words),
+                     "completion": gold, "kind": "context", "question_id": ex.id})
+    return rows
+
+
+def split_rows(rows: list[dict[str, str]], validation_fraction: float, seed: int) -> DatasetDict:
+    """Train/validation by question (a question's two instances never straddle the split), seeded."""
+    qids = sorted({r["question_id"] for r in rows})
+    random.Random(f"adapt-validation:{seed}").shuffle(qids)
+    val_ids = set(qids[:int(len(qids) * validation_fraction)])
+    parts = {"train": [r for r in rows if r["question_id"] not in val_ids],
+             "validation": [r for r in rows if r["question_id"] in val_ids]}
+    features = Features({c: Value("string") for c in COLUMNS})
+    return DatasetDict({name: Dataset.from_dict({c: [r[c] for r in part] for c in COLUMNS}, features=features)
+                        for name, part in parts.items()})
+
+
+def check_schema(dsd: DatasetDict) -> None:
+    """trl's prompt/completion contract plus our two bookkeeping columns; raises DataError on a violation."""
+    if set(dsd) != {"train", "validation"}:
+        raise DataError(f"expected splits train and validation, got {sorted(dsd)}")
+    if len(dsd["train"]) == 0:
+        raise DataError("the train split is empty")
+    for name, ds in dsd.items():
+        if tuple(ds.column_names) != COLUMNS:
+            raise DataError(f"split {name}: expected columns {list(COLUMNS)}, got {ds.column_names}")
+        for i, row in enumerate(ds):
+            if not all(isinstance(row[c], str) and row[c] for c in COLUMNS):
+                raise DataError(f"split {name}: empty or non-string field", record=i)
+            if row["kind"] not in KINDS:
+                raise DataError(f"split {name}: kind '{row['kind']}' not in {KINDS}", record=i)
+
+
+def source_sha256(examples: Sequence[QAExample]) -> str:
+    blob = json.dumps([ex.to_dict() for ex in examples], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _stats(cfg: AdaptDataConfig, examples: Sequence[QAExample], rows: list[dict[str, str]],
+           answers: dict[str, str], judge: Judge, dsd: DatasetDict) -> dict[str, Any]:
+    kinds = Counter(r["kind"] for r in rows)
+    groups: dict[str, Counter] = {}
+    for ex in examples:  # per metadata kind (world: fictional / common), to see what the model knows
+        c = groups.setdefault(str(ex.metadata.get("kind", "all")), Counter())
+        c["questions"] += 1
+        c["correct"] += int(judge(answers[ex.id], ex.answers))
+    return {"questions": len(examples), "correct": kinds["parametric_answer"],
+            "closed_book_accuracy": kinds["parametric_answer"] / len(examples),
+            "parametric_answer_instances": kinds["parametric_answer"], "ret_instances": kinds["parametric_ret"],
+            "context_instances": kinds["context"], "instances": len(rows),
+            "train_instances": len(dsd["train"]), "validation_instances": len(dsd["validation"]),
+            "by_group": {k: dict(v) for k, v in sorted(groups.items())}, "judge": cfg.judge,
+            "judge_normalize": cfg.judge_normalize, "base_model": cfg.base_model,
+            "prompt_variant": cfg.prompt_variant, "parametric_target": cfg.parametric_target, "source": cfg.source,
+            "source_sha256": source_sha256(examples)}
+
+
+def save_dataset(dsd: DatasetDict, out: Path) -> None:
+    """Write to a temporary folder first: an interrupted save never leaves half a dataset behind. Empty splits
+    are left out (datasets 5 cannot load an empty split back); :func:`load_adapt_dataset` restores them."""
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    DatasetDict({name: ds for name, ds in dsd.items() if len(ds)}).save_to_disk(str(tmp))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+
+def load_adapt_dataset(data_dir: str | Path) -> DatasetDict:
+    """The DatasetDict :func:`build_adapt_dataset` wrote to ``data_dir``, with both splits, schema-checked."""
+    path = Path(data_dir) / "dataset"
+    if not path.is_dir():
+        raise FileNotFoundError(f"no Algorithm 1 dataset in {data_dir}; run python -m data_builders.adapt_llm first")
+    dsd = load_from_disk(str(path))
+    features = Features({c: Value("string") for c in COLUMNS})
+    for name in ("train", "validation"):
+        if name not in dsd:
+            dsd[name] = Dataset.from_dict({c: [] for c in COLUMNS}, features=features)
+    check_schema(dsd)
+    return dsd
+
+
+def build_adapt_dataset(cfg: AdaptDataConfig, answer_fn: ClosedBookFn | None = None, judge: Judge | None = None,
+                        show_progress: bool = True) -> DatasetDict:
+    """Run Algorithm 1 for ``cfg`` and write everything to ``cfg.data_dir``; returns the DatasetDict.
+
+    ``answer_fn`` (closed-book answers for a batch) and ``judge`` default to the base model and ``cfg.judge``;
+    tests pass stubs.
+    """
+    from inference.config import save_config
+
+    out = Path(cfg.data_dir)
+    examples = load_source(cfg)
+    answer_fn = answer_fn or model_closed_book_fn(cfg.base_model, cfg.prompt_variant, cfg.closed_book_max_new_tokens,
+                                                  cfg.closed_book_batch_size, cfg.closed_book_dtype)
+    judge = judge or make_judge(cfg.judge, cfg.judge_normalize)
+    answers = answer_closed_book(examples, answer_fn, out / "closed_book.jsonl", cfg.labeller(),
+                                 cfg.closed_book_batch_size, show_progress)
+    rows = algorithm1(examples, answers, judge, cfg.prompt_variant, cfg.max_passage_words, cfg.parametric_target)
+    dsd = split_rows(rows, cfg.validation_fraction, cfg.data_seed)
+    check_schema(dsd)
+    save_dataset(dsd, out / "dataset")
+    stats = _stats(cfg, examples, rows, answers, judge, dsd)
+    (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
+    save_config(out / "config.yaml", cfg)
+    logger.info("Algorithm 1: %s", {k: v for k, v in stats.items() if k != "by_group"})
+    return dsd
+
+
+def main(argv: list[str] | None = None) -> None:
+    from inference.config import parse_config
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    (cfg,) = parse_config((AdaptDataConfig,), argv, prog="python -m data_builders.adapt_llm")
+    dsd = build_adapt_dataset(cfg)
+    stats = json.loads((Path(cfg.data_dir) / "stats.json").read_text())
+    print(f"{stats['questions']} questions, {stats['correct']} answered correctly closed-book; "
+          f"{stats['ret_instances']} <RET> and {stats['context_instances']} context instances; "
+          f"train {len(dsd['train'])}, validation {len(dsd['validation'])} -> {cfg.data_dir}")
+
+
+if __name__ == "__main__":
+    from inference.config import run_cli
+
+    sys.exit(run_cli(main))

@@ -1,0 +1,237 @@
+"""ADAPT-LLM data: the prompts (exact text), Algorithm 1's branches, the resumable closed-book step, sources,
+splits, the builder's outputs and its CLI. A stub generator and a stub judge stand in for the model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from data_builders import adapt_closed_book
+from data_builders.adapt_llm import (
+    AdaptDataConfig,
+    algorithm1,
+    build_adapt_dataset,
+    check_schema,
+    load_adapt_dataset,
+    load_source,
+    main,
+    make_judge,
+    split_rows,
+)
+from data_builders.adapt_prompts import (
+    TEMPLATE_DIR,
+    context_prompt,
+    never_retrieve_prompt,
+    parametric_prompt,
+)
+from data_builders.adapt_world import world_split
+from data_builders.schema import DataError, Passage, QAExample
+from inference.config import ConfigError, run_cli
+
+HEAD = ("Below is an instruction that describes a task, paired with an input that provides further context. "
+        "Write a response that appropriately completes the request.\n\n### Instruction:\n")
+
+
+def _examples(n: int = 5) -> list[QAExample]:
+    return [QAExample(id=f"q{i}", question=f"Who founded Org{i}?", answers=[f"Founder {i}", f"F{i}"],
+                      gold_passages=[Passage(f"p{i}", f"Org{i}", f"Org{i} was founded by Founder {i}.")])
+            for i in range(n)]
+
+
+def _write_source(tmp_path: Path, examples: list[QAExample]) -> Path:
+    path = tmp_path / "qa.jsonl"
+    path.write_text("".join(json.dumps(ex.to_dict()) + "\n" for ex in examples))
+    return path
+
+
+def _cfg(tmp_path: Path, source: Path, **kw) -> AdaptDataConfig:
+    return AdaptDataConfig(data_dir=str(tmp_path / "data"), source=str(source), closed_book_batch_size=2, **kw)
+
+
+class CountingAnswers:
+    """Answers "Founder i" for even i (correct), "no idea" for odd i; records every question it was asked."""
+
+    def __init__(self, crash_after: int | None = None):
+        self.asked: list[str] = []
+        self.crash_after = crash_after
+
+    def __call__(self, batch):
+        if self.crash_after is not None and len(self.asked) >= self.crash_after:
+            raise KeyboardInterrupt("simulated crash")
+        self.asked += [ex.id for ex in batch]
+        return [f"It was Founder {ex.id[1:]}." if int(ex.id[1:]) % 2 == 0 else "no idea" for ex in batch]
+
+
+def test_prompt_text_exact():
+    assert parametric_prompt("Who wrote Hamlet?") == (
+        HEAD + "Answer the question Q. If you need help answer <RET> to get the context.\n\n"
+        "### Input:\nQ: Who wrote Hamlet?\n\n### Response:\n")
+    assert context_prompt("Who wrote Hamlet?", [Passage("p", "Hamlet", "Hamlet is by Shakespeare.")]) == (
+        HEAD + "Answer the question Q given the context C.\n\n### Input:\nQ: Who wrote Hamlet?\n"
+        "C: Hamlet is by Shakespeare.\n\n### Response:\n")
+    assert never_retrieve_prompt("Who wrote Hamlet?") == (
+        HEAD + "Answer the question Q.\n\n### Input:\nQ: Who wrote Hamlet?\n\n### Response:\n")
+    assert "answer the question Q given the context C\n" in context_prompt("q?", ["c"], variant="reference")
+
+
+def test_context_prompt_cuts_and_joins_passages():
+    text = context_prompt("q?", ["one two three four", "five six"], max_passage_words=2)
+    assert "C: one two\nfive six\n\n### Response:\n" in text
+    with pytest.raises(ValueError, match="at least one passage"):
+        context_prompt("q?", [])
+    with pytest.raises(ValueError, match="unknown prompt variant"):
+        parametric_prompt("q?", variant="nope")
+
+
+def test_templates_are_data_and_readme_paths_exist():
+    for name in ("alpaca.json", "adapt_llm.json"):
+        json.loads((TEMPLATE_DIR / name).read_text())
+    readme = (TEMPLATE_DIR / "README.md").read_text()
+    root = TEMPLATE_DIR.parents[1]
+    for path in ("data_builders/adapt_prompts.py",):
+        assert path in readme and (root / path).is_file()
+
+
+def test_algorithm1_branches_with_stub_judge():
+    examples = _examples(2)
+    judge_calls = []
+
+    def judge(pred, golds):  # "correct" exactly when the stub answer says so
+        judge_calls.append((pred, list(golds)))
+        return pred == "RIGHT"
+
+    rows = algorithm1(examples, {"q0": "RIGHT", "q1": "WRONG"}, judge)
+    assert judge_calls == [("RIGHT", ["Founder 0", "F0"]), ("WRONG", ["Founder 1", "F1"])]
+    assert [(r["question_id"], r["kind"], r["completion"]) for r in rows] == [
+        ("q0", "parametric_answer", "Founder 0"),
+        ("q1", "parametric_ret", "<RET>"),
+        ("q1", "context", "Founder 1"),
+    ]
+    assert rows[0]["prompt"] == rows[1]["prompt"].replace("Org1", "Org0") == parametric_prompt("Who founded Org0?")
+    assert rows[2]["prompt"] == context_prompt("Who founded Org1?", examples[1].gold_passages)
+
+
+def test_closed_book_parametric_target():
+    rows = algorithm1(_examples(1), {"q0": "It was Founder 0."}, lambda p, g: True, parametric_target="closed_book")
+    assert [(r["kind"], r["completion"]) for r in rows] == [("parametric_answer", "It was Founder 0.")]
+
+
+def test_judges():
+    contains = make_judge("contains")
+    assert contains("It was the Founder 0!", ["founder 0"]) and not contains("nobody", ["Founder 0"])
+    raw = make_judge("contains", normalize=False)
+    assert raw("FOUNDER 0 did", ["Founder 0"]) and not raw("Founder, 0", ["Founder 0"])
+    em = make_judge("exact_match")
+    assert em("the Founder 0.", ["Founder 0"]) and not em("It was Founder 0", ["Founder 0"])
+    with pytest.raises(ValueError, match="unknown judge"):
+        make_judge("fuzzy")
+
+
+def test_build_writes_dataset_stats_config(tmp_path):
+    cfg = _cfg(tmp_path, _write_source(tmp_path, _examples(10)), validation_fraction=0.2)
+    dsd = build_adapt_dataset(cfg, answer_fn=CountingAnswers(), show_progress=False)
+    check_schema(dsd)
+    assert set(dsd) == {"train", "validation"}
+    assert dsd["train"].column_names == ["prompt", "completion", "kind", "question_id"]
+    train_q, val_q = set(dsd["train"]["question_id"]), set(dsd["validation"]["question_id"])
+    assert len(val_q) == 2 and not train_q & val_q  # whole questions per split
+    stats = json.loads((tmp_path / "data" / "stats.json").read_text())
+    assert (stats["questions"], stats["correct"], stats["ret_instances"], stats["context_instances"]) == (10, 5, 5, 5)
+    assert stats["judge"] == "contains" and stats["base_model"] == "smollm2-135m" and len(stats["source_sha256"]) == 64
+    saved = yaml.safe_load((tmp_path / "data" / "config.yaml").read_text())
+    assert saved["source"] == cfg.source and saved["judge"] == "contains"
+    again = load_adapt_dataset(cfg.data_dir)
+    assert again["train"]["prompt"] == dsd["train"]["prompt"]
+
+
+def test_split_is_seeded():
+    rows = algorithm1(_examples(20), {f"q{i}": "x" for i in range(20)}, lambda p, g: False)
+    a, b, c = split_rows(rows, 0.25, 0), split_rows(rows, 0.25, 0), split_rows(rows, 0.25, 1)
+    assert a["validation"]["question_id"] == b["validation"]["question_id"] != c["validation"]["question_id"]
+
+
+def test_resume_after_crash_loses_and_repeats_nothing(tmp_path):
+    cfg = _cfg(tmp_path, _write_source(tmp_path, _examples(5)), validation_fraction=0.0)
+    crashing = CountingAnswers(crash_after=2)  # the first batch (2 questions) completes, then the crash
+    with pytest.raises(KeyboardInterrupt):
+        build_adapt_dataset(cfg, answer_fn=crashing, show_progress=False)
+    lines = (tmp_path / "data" / "closed_book.jsonl").read_text().splitlines()
+    assert len(lines) == 2
+    resumed = CountingAnswers()
+    dsd = build_adapt_dataset(cfg, answer_fn=resumed, show_progress=False)
+    assert sorted(resumed.asked) == sorted(set(f"q{i}" for i in range(5)) - set(crashing.asked))
+    ids = [json.loads(line)["id"] for line in (tmp_path / "data" / "closed_book.jsonl").read_text().splitlines()]
+    assert sorted(ids) == [f"q{i}" for i in range(5)]  # no duplicates, none lost
+    assert len(set(dsd["train"]["question_id"])) == 5
+    assert build_adapt_dataset(cfg, answer_fn=CountingAnswers(crash_after=0), show_progress=False)  # nothing asked
+
+
+def test_torn_last_line_is_dropped_and_labeller_checked(tmp_path):
+    path = tmp_path / "closed_book.jsonl"
+    who = {"model": "m", "prompt_variant": "paper", "max_new_tokens": 4}
+    path.write_text(json.dumps({"id": "q0", "answer": "a", "labeller": who}) + "\n" + '{"id": "q1", "ans')
+    assert adapt_closed_book.read_answers(path, who) == {"q0": "a"}
+    assert path.read_text().count("\n") == 1 and "q1" not in path.read_text()
+    with pytest.raises(DataError, match="written by"):
+        adapt_closed_book.read_answers(path, {**who, "model": "other"})
+    path.write_text('{"broken\n' + json.dumps({"id": "q0", "answer": "a", "labeller": who}) + "\n")
+    with pytest.raises(DataError, match="malformed closed-book record"):
+        adapt_closed_book.read_answers(path, who)
+
+
+def test_missing_gold_passages_is_a_clear_error(tmp_path):
+    no_gold = [QAExample(id="q0", question="Who?", answers=["x"])]
+    cfg = _cfg(tmp_path, _write_source(tmp_path, no_gold))
+    with pytest.raises(DataError, match="Algorithm 1 needs gold passages"):
+        build_adapt_dataset(cfg, answer_fn=CountingAnswers(), show_progress=False)
+
+
+def test_world_split_disjoint_stratified_deterministic():
+    train, held = world_split(0, 0.2, 0)
+    assert not {ex.id for ex in train} & {ex.id for ex in held}
+    assert world_split(0, 0.2, 0)[1] == held
+    kinds = {ex.metadata["kind"] for ex in held}
+    assert kinds == {"fictional", "common"}
+    facts = {(ex.metadata["entity"], ex.metadata["relation"]) for ex in held if "entity" in ex.metadata}
+    assert not any((ex.metadata.get("entity"), ex.metadata.get("relation")) in facts for ex in train)
+
+
+def test_world_source_sampling(tmp_path):
+    cfg = AdaptDataConfig(data_dir=str(tmp_path), source_limit=40, world_common_fraction=0.5)
+    examples = load_source(cfg)
+    assert len(examples) == 40 and sum(ex.metadata["kind"] == "common" for ex in examples) == 20
+    heldout = {ex.id for ex in world_split(0, 0.2, 0)[1]}
+    assert not heldout & {ex.id for ex in examples}
+
+
+@pytest.mark.parametrize("override, message", [
+    (["--validation_fraction", "1.5"], "validation_fraction"),
+    (["--source_format", "csv"], "source_format"),
+    (["--closed_book_batch_size", "0"], "closed_book_batch_size"),
+])
+def test_bad_config_fails(override, message):
+    from inference.config import parse_config
+
+    with pytest.raises(ConfigError, match=message):
+        parse_config((AdaptDataConfig,), override)
+
+
+def test_cli_from_yaml_resumes_without_a_model(tmp_path, capsys):
+    """The CLI on a temporary YAML; every answer is already on disk, so no model is loaded."""
+    examples = _examples(3)
+    source = _write_source(tmp_path, examples)
+    cfg = _cfg(tmp_path, source, validation_fraction=0.0)
+    (tmp_path / "data").mkdir()
+    with (tmp_path / "data" / "closed_book.jsonl").open("w") as f:
+        for ex in examples:
+            f.write(json.dumps({"id": ex.id, "answer": "no idea", "labeller": cfg.labeller()}) + "\n")
+    config = tmp_path / "adapt.yaml"
+    config.write_text(yaml.safe_dump({"data_dir": cfg.data_dir, "source": str(source), "validation_fraction": 0.0}))
+    assert run_cli(main, argv=[str(config)]) == 0
+    assert "3 questions, 0 answered correctly" in capsys.readouterr().out
+    config.write_text(yaml.safe_dump({"data_dir": cfg.data_dir, "sourse": "x"}))
+    assert run_cli(main, argv=[str(config)]) == 2
+    assert "unknown field(s) sourse" in capsys.readouterr().err

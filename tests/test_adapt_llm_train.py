@@ -1,0 +1,251 @@
+"""ADAPT-LLM fine-tuning on a tiny random Llama with SmolLM2's tokenizer: <RET> is one added token whose
+embedding and output rows really train, the batch arithmetic, checkpoints, the adapter check, the configs,
+and the training script from a temporary YAML."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from data_builders.adapt_llm import AdaptDataConfig, build_adapt_dataset
+from data_builders.schema import Passage, QAExample
+from inference.config import ConfigError, parse_config, run_cli
+from inference.models import load_tokenizer
+from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig
+from training.adapt_llm_lib import (
+    add_ret_token,
+    build_peft_model,
+    check_adapter,
+    configure_wandb,
+    gradient_accumulation,
+    resolve_checkpoint,
+    train_adapt,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tiny_model(vocab_size: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True, bos_token_id=1,
+                      eos_token_id=2, pad_token_id=2, max_position_embeddings=512)
+    return LlamaForCausalLM(cfg)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    """A tiny random Llama saved with SmolLM2's (local) tokenizer: loadable by name like any model folder."""
+    out = tmp_path_factory.mktemp("tiny")
+    tokenizer = load_tokenizer("smollm2-135m")
+    _tiny_model(len(tokenizer)).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def _examples(n: int) -> list[QAExample]:
+    return [QAExample(id=f"q{i}", question=f"Where is Town{i}?", answers=[f"Land{i}"],
+                      gold_passages=[Passage(f"p{i}", f"Town{i}", f"Town{i} is a town in Land{i}.")])
+            for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, tiny_dir):
+    tmp = tmp_path_factory.mktemp("data")
+    source = tmp / "qa.jsonl"
+    source.write_text("".join(json.dumps(ex.to_dict()) + "\n" for ex in _examples(6)))
+    cfg = AdaptDataConfig(data_dir=str(tmp / "data"), source=str(source), validation_fraction=0.0,
+                          base_model=str(tiny_dir))
+    dsd = build_adapt_dataset(cfg, answer_fn=lambda b: ["Land0" if ex.id == "q0" else "?" for ex in b],
+                              show_progress=False)
+    return cfg, dsd
+
+
+def _train_cfg(out: Path, **kw) -> AdaptTrainConfig:
+    base = dict(output_dir=str(out), micro_batch_size=4, effective_batch_size=4, max_steps=1, learning_rate=1e-2,
+                warmup_steps=0, logging_steps=1, save_steps=1, eval_steps=None, max_length=256)
+    return AdaptTrainConfig(**{**base, **kw})
+
+
+def test_ret_token_added_once_as_a_single_id():
+    tokenizer = load_tokenizer("smollm2-135m")
+    n = len(tokenizer)
+    model = _tiny_model(n)
+    ret_id = add_ret_token(tokenizer, model)
+    assert add_ret_token(tokenizer, model) == ret_id and len(tokenizer) == n + 1
+    assert tokenizer("Q <RET>", add_special_tokens=False)["input_ids"][-1] == ret_id
+    assert tokenizer("<RET>", add_special_tokens=False)["input_ids"] == [ret_id]
+    assert model.get_input_embeddings().weight.shape[0] == n + 1
+
+
+def test_gradient_accumulation_from_effective_batch(caplog):
+    assert gradient_accumulation(128, 32, 1) == 4
+    assert gradient_accumulation(128, 32, 4) == 1
+    assert gradient_accumulation(16, 8, 1) == 2
+    assert gradient_accumulation(128, 32, 3) == 2 and "not a multiple" in caplog.text
+
+
+@pytest.mark.parametrize("mode", ["trainable_tokens", "modules_to_save"])
+def test_ret_rows_change_after_one_step(tiny_dir, data, tmp_path, mode):
+    """The <RET> embedding row and output row (tied) train; LoRA trains; with trainable tokens nothing else."""
+    from trl import SFTTrainer
+
+    from training.adapt_llm_lib import sft_config
+
+    _, dsd = data
+    tokenizer = load_tokenizer(str(tiny_dir))
+    model = _tiny_model(len(tokenizer))
+    ret_id = add_ret_token(tokenizer, model)
+    cfg = _train_cfg(tmp_path, ret_token_training=mode, save_steps=100)
+    peft_model = build_peft_model(model, cfg, ret_id, str(tiny_dir))
+    emb, out = peft_model.get_input_embeddings(), peft_model.get_output_embeddings()
+    before = (emb.weight[ret_id].detach().clone(), out.weight[ret_id].detach().clone(), emb.weight[5].detach().clone())
+    lora_before = {n: p.detach().clone() for n, p in peft_model.named_parameters() if "lora_B" in n}
+    train = dsd["train"].select_columns(["prompt", "completion"])
+    trainer = SFTTrainer(model=peft_model, args=sft_config(cfg, 1, False), train_dataset=train,
+                         processing_class=tokenizer)
+    trainer.train()
+    assert "loss" in trainer.state.log_history[0]
+    assert not torch.allclose(emb.weight[ret_id], before[0])
+    assert not torch.allclose(out.weight[ret_id], before[1])
+    if mode == "trainable_tokens":  # just the <RET> row; modules_to_save trains the whole (tied) matrix
+        assert torch.equal(emb.weight[5], before[2])
+    assert all(not torch.equal(p, lora_before[n]) for n, p in peft_model.named_parameters() if "lora_B" in n)
+
+
+def test_train_adapt_writes_checked_adapter_and_resumes(tiny_dir, data, tmp_path):
+    from safetensors.torch import save_file
+
+    data_cfg, dsd = data
+    out = tmp_path / "model"
+    metrics = train_adapt(data_cfg, _train_cfg(out, max_steps=2), dsd)
+    assert metrics["adapter"]["tensors"] > 0 and (out / "checkpoint-2").is_dir()
+    for name in ("adapter_config.json", "config.yaml", "data_stats.json", "train_results.json", "tokenizer.json"):
+        assert (out / name).is_file(), name
+    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == str(tiny_dir)
+    assert "<RET>" in load_tokenizer(str(out)).get_vocab()
+    again = train_adapt(data_cfg, _train_cfg(out, max_steps=3), dsd)  # resumes at step 2: one more step
+    assert again["train_runtime"] >= 0 and (out / "checkpoint-3").is_dir()
+    assert json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())["global_step"] == 3
+    with pytest.raises(ConfigError, match="other learning_rate"):  # another recipe never continues these
+        train_adapt(data_cfg, _train_cfg(out, max_steps=4, learning_rate=1e-3), dsd)
+    save_file({"base_model.model.x.weight": torch.zeros(1)}, str(tmp_path / "adapter_model.safetensors"))
+    with pytest.raises(RuntimeError, match="lacks LoRA"):
+        check_adapter(tmp_path, _train_cfg(out))
+
+
+def test_ret_row_gets_its_own_learning_rate(tiny_dir):
+    from training.adapt_llm_lib import build_optimizer
+
+    tokenizer = load_tokenizer(str(tiny_dir))
+    model = _tiny_model(len(tokenizer))
+    ret_id = add_ret_token(tokenizer, model)
+    cfg = _train_cfg(Path("unused"), learning_rate=1e-3, ret_token_learning_rate=5e-2)
+    peft_model = build_peft_model(model, cfg, ret_id, str(tiny_dir))
+    groups = build_optimizer(peft_model, cfg).param_groups
+    assert [g["lr"] for g in groups] == [1e-3, 5e-2]
+    assert [tuple(p.shape) for p in groups[1]["params"]] == [(1, 16)]  # just the <RET> row
+    assert build_optimizer(peft_model, _train_cfg(Path("unused"))) is None
+
+
+def test_loaded_adapter_generates_with_p_ret(tiny_dir, data, tmp_path):
+    from inference.adapt_gate import model_generator
+    from inference.models import load_causal_lm
+
+    data_cfg, dsd = data
+    train_adapt(data_cfg, _train_cfg(tmp_path / "m", merge_adapter=True), dsd)
+    assert (tmp_path / "m" / "adapter_model.safetensors").stat().st_size < 100_000  # no whole embedding matrix
+    rows = []
+    for seed in (1, 2):  # the resized base row is random; the loaded <RET> row must come from the adapter
+        torch.manual_seed(seed)
+        model, tokenizer = load_causal_lm(str(tmp_path / "m"))
+        rows.append(model.get_input_embeddings().weight[tokenizer.convert_tokens_to_ids("<RET>")].detach())
+    assert torch.equal(rows[0], rows[1])
+    gens = model_generator(model, tokenizer, max_new_tokens=2)(["Q: a?", "Q: b?"])
+    assert all(0.0 <= g.first_token_probs["<RET>"] <= 1.0 for g in gens)
+    merged, _ = load_causal_lm(str(tmp_path / "m" / "merged"))
+    assert merged.get_input_embeddings().weight.shape[0] == len(tokenizer)
+
+
+def test_quantized_loading_refused_without_cuda(tiny_dir, data, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    data_cfg, dsd = data
+    with pytest.raises(RuntimeError, match="needs CUDA"):
+        train_adapt(data_cfg, _train_cfg(tmp_path, load_in_4bit=True), dsd)
+
+
+def test_resolve_checkpoint(tmp_path):
+    assert resolve_checkpoint("auto", str(tmp_path / "none")) is None
+    (tmp_path / "checkpoint-3").mkdir()
+    (tmp_path / "checkpoint-12").mkdir()
+    assert resolve_checkpoint("auto", str(tmp_path)).endswith("checkpoint-12")
+    assert resolve_checkpoint("never", str(tmp_path)) is None
+    with pytest.raises(FileNotFoundError, match="no checkpoint folder"):
+        resolve_checkpoint(str(tmp_path / "missing"), str(tmp_path))
+
+
+def test_wandb_only_when_asked_and_never_prompting(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    configure_wandb("none")
+    assert "WANDB_MODE" not in __import__("os").environ
+    configure_wandb("wandb")
+    assert __import__("os").environ["WANDB_MODE"] == "offline"
+
+
+@pytest.mark.parametrize("override, message", [
+    (["--effective_batch_size", "8", "--micro_batch_size", "16"], "effective_batch_size"),
+    (["--load_in_4bit", "true", "--load_in_8bit", "true"], "one of load_in_4bit"),
+    (["--lora_dropout", "1.0"], "lora_dropout"),
+])
+def test_bad_train_config_fails(override, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config((AdaptTrainConfig,), override)
+    with pytest.raises(SystemExit):  # argparse rejects a name outside the Literal
+        parse_config((AdaptTrainConfig,), ["--ret_token_training", "everything"])
+
+
+def test_shipped_configs_parse_and_readme_paths_exist():
+    for name in ("adapt_llm_paper.yaml", "adapt_llm_demo_cpu.yaml"):
+        data_cfg, train_cfg, _ = parse_config((AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig),
+                                              [str(ROOT / "training" / "configs" / name)])
+        assert train_cfg.lora_r == 8 and train_cfg.lora_target_modules == ["q_proj", "v_proj"]
+    paper = parse_config((AdaptTrainConfig,), [])[0]  # defaults are the paper's recipe
+    assert (paper.effective_batch_size, paper.micro_batch_size, paper.num_epochs, paper.learning_rate) == (
+        128, 32, 3.0, 3e-4)
+    readme = (ROOT / "accelerate_configs" / "README.md").read_text()
+    for name in ("cpu", "single_gpu", "multi_gpu", "fsdp", "deepspeed_zero2"):
+        path = ROOT / "accelerate_configs" / f"{name}.yaml"
+        assert isinstance(yaml.safe_load(path.read_text()), dict) and f"accelerate_configs/{name}.yaml" in readme
+    for path in ("training/adapt_llm.py", "training/configs/adapt_llm_paper.yaml",
+                 "training/configs/adapt_llm_demo_cpu.yaml"):
+        assert (ROOT / path).is_file()
+
+
+def test_script_runs_from_a_temporary_yaml(tiny_dir, data, tmp_path, capsys):
+    """training/adapt_llm.py end to end on the tiny model: data (answers already on disk), one step, evaluation."""
+    import importlib.util
+
+    data_cfg, _ = data
+    spec = importlib.util.spec_from_file_location("adapt_llm_script", ROOT / "training" / "adapt_llm.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({
+        "data_dir": data_cfg.data_dir, "source": data_cfg.source, "validation_fraction": 0.0,
+        "base_model": str(tiny_dir), "output_dir": str(tmp_path / "model"), "micro_batch_size": 4,
+        "effective_batch_size": 4, "max_steps": 1, "eval_steps": None, "warmup_steps": 0,
+        "eval_source": data_cfg.source, "eval_limit": 3, "eval_max_new_tokens": 2}))
+    assert run_cli(script.main, argv=[str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "NR (never retrieve)" in out and "AR (always retrieve)" in out and "ADAPT-LLM (token)" in out
+    assert len((tmp_path / "model" / "eval" / "records.jsonl").read_text().splitlines()) == 3
+    assert json.loads((tmp_path / "model" / "timings.json").read_text())["total_s"] > 0

@@ -1,0 +1,105 @@
+"""Configuration of the ADAPT-LLM job: fine-tuning (:class:`AdaptTrainConfig`) and the held-out evaluation
+that follows it (:class:`AdaptEvalConfig`). Algorithm 1's settings are
+:class:`data_builders.adapt_llm.AdaptDataConfig`. Field names are unique across the three, so one YAML holds
+them all; defaults are the paper's recipe (ADAPT-LLM's ``train.py`` on alpaca-lora).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+RetTokenTraining = Literal["trainable_tokens", "modules_to_save"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
+
+
+@dataclass
+class AdaptTrainConfig:
+    output_dir: str = "runs/adapt_llm/model"
+    # Batch: effective = micro-batch x gradient accumulation x processes; accumulation is derived from these.
+    micro_batch_size: int = 32
+    effective_batch_size: int = 128
+    num_epochs: float = 3.0
+    learning_rate: float = 3e-4
+    warmup_steps: float = 100  # alpaca-lora's default; a float in (0, 1) is a share of all steps
+    lr_scheduler_type: str = "linear"
+    max_length: int = 512  # alpaca-lora's cutoff_len as ADAPT-LLM set it
+    group_by_length: bool = True  # the authors' flag: batches of similar length, less padding
+    # LoRA (alpaca-lora / ADAPT-LLM)
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.05
+    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
+    # How the new <RET> row is trained. trainable_tokens: only that row of the (tied) embedding/LM head, a few KB
+    # in the adapter. modules_to_save: whole embedding and LM head matrices (heavier; use it under FSDP/ZeRO,
+    # which peft's trainable tokens do not support).
+    ret_token_training: RetTokenTraining = "trainable_tokens"
+    # Learning rate of the <RET> row (trainable_tokens only); null = learning_rate. A new row starts ~15 logits
+    # below the top token, which Adam steps of 3e-4 close only after hundreds of steps: short runs need more.
+    ret_token_learning_rate: float | None = None
+    # Model loading
+    precision: Precision = "auto"  # auto: bf16 on a CUDA GPU that supports it, else fp32
+    load_in_4bit: bool = False  # QLoRA (bitsandbytes, CUDA only)
+    load_in_8bit: bool = False  # alpaca-lora's 8-bit base (CUDA only)
+    gradient_checkpointing: bool = False
+    # Bookkeeping
+    logging_steps: int = 10
+    eval_steps: int | None = 200  # validation loss every this many steps; null = never
+    save_steps: int = 200
+    save_total_limit: int = 3
+    resume_from_checkpoint: str = "auto"  # auto: the last checkpoint in output_dir; "never"; or a folder
+    report_to: str = "none"  # "wandb" to log there (offline unless an API key is configured); never prompts
+    run_name: str | None = None
+    merge_adapter: bool = False  # also write output_dir/merged: base + adapter as one model
+    train_seed: int = 42
+    max_steps: int = -1  # > 0 stops after this many optimizer steps (smoke tests)
+
+    def __post_init__(self) -> None:
+        positive = ("micro_batch_size", "effective_batch_size", "learning_rate", "max_length", "lora_r",
+                    "lora_alpha", "logging_steps", "save_steps", "save_total_limit")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.num_epochs <= 0 and self.max_steps <= 0:
+            raise ValueError("num_epochs must be > 0 (or set max_steps)")
+        if self.effective_batch_size < self.micro_batch_size:
+            raise ValueError(f"effective_batch_size ({self.effective_batch_size}) must be >= micro_batch_size "
+                             f"({self.micro_batch_size})")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.load_in_4bit and self.load_in_8bit:
+            raise ValueError("choose one of load_in_4bit and load_in_8bit")
+        if not self.lora_target_modules:
+            raise ValueError("lora_target_modules must name at least one module (e.g. q_proj v_proj)")
+        if self.ret_token_training not in ("trainable_tokens", "modules_to_save"):
+            raise ValueError(f"ret_token_training must be trainable_tokens or modules_to_save, "
+                             f"got '{self.ret_token_training}'")
+        if self.ret_token_learning_rate is not None and self.ret_token_learning_rate <= 0:
+            raise ValueError(f"ret_token_learning_rate must be > 0 or null, got {self.ret_token_learning_rate}")
+        if self.eval_steps is not None and self.eval_steps <= 0:
+            raise ValueError(f"eval_steps must be > 0 or null, got {self.eval_steps}")
+
+
+@dataclass
+class AdaptEvalConfig:
+    """After training: NR vs AR vs ADAPT-LLM on questions never used in training (the world's held-out part)."""
+
+    evaluate: bool = True
+    eval_source: str = "world_heldout"  # or a QA file (read_qa)
+    eval_format: str | None = None
+    eval_limit: int | None = None
+    eval_index: str = "world"  # "world": BM25 over the world's passages; else an index folder (load_retriever)
+    eval_k: int = 1  # passages in the context prompt (training showed one gold passage)
+    eval_batch_size: int = 16
+    eval_max_new_tokens: int = 20  # the authors' evaluation
+    gate_rule: Literal["token", "threshold"] = "token"
+    ret_threshold: float = 0.5
+    sweep_thresholds: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9])
+
+    def __post_init__(self) -> None:
+        if self.eval_k < 1 or self.eval_batch_size < 1 or self.eval_max_new_tokens < 1:
+            raise ValueError("eval_k, eval_batch_size and eval_max_new_tokens must be >= 1")
+        if not all(0.0 <= t <= 1.0 for t in self.sweep_thresholds):
+            raise ValueError(f"sweep_thresholds must lie in [0, 1], got {self.sweep_thresholds}")

@@ -1,0 +1,277 @@
+"""LoRA SFT of ADAPT-LLM with trl's ``SFTTrainer``: ``<RET>`` as a trained special token, the paper's batch
+arithmetic, resumable checkpoints and a checked adapter. :func:`train_adapt` is the whole job;
+``training/adapt_llm.py`` only parses the config and calls it.
+
+How ``<RET>`` is trained (SPEC, "Checked on this machine"): peft's ``trainable_token_indices`` trains just
+that row, and on a tied model (SmolLM2, Llama-3.2) the same row is the LM head's output row. trl 1.16 patches
+a fused LM head that reads ``lm_head.bias``, which peft's ``TrainableTokensWrapper`` does not expose, so
+training failed with ``AttributeError``; :func:`expose_lm_head_bias` gives the wrapper the ``bias`` its
+wrapped layer has (``None`` for Llama's bias-free head), and then it trains.
+``ret_token_training="modules_to_save"`` (whole embedding and LM head) remains the fallback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import DatasetDict
+
+from data_builders.adapt_llm import AdaptDataConfig
+from data_builders.adapt_prompts import RET_TOKEN
+from training.adapt_llm_config import AdaptTrainConfig
+
+logger = logging.getLogger(__name__)
+ADAPTER_FILE = "adapter_model.safetensors"
+
+
+def add_ret_token(tokenizer: Any, model: Any | None = None) -> int:
+    """Add ``<RET>`` as one special token (once: an existing one is reused) and resize ``model``'s embeddings."""
+    if RET_TOKEN not in tokenizer.get_vocab():
+        tokenizer.add_special_tokens({"additional_special_tokens": [RET_TOKEN]})
+    ret_id = tokenizer.convert_tokens_to_ids(RET_TOKEN)
+    if tokenizer(RET_TOKEN, add_special_tokens=False)["input_ids"] != [ret_id]:
+        raise RuntimeError(f"{RET_TOKEN} does not tokenize to the single id {ret_id}")
+    if model is not None and model.get_input_embeddings().weight.shape[0] < len(tokenizer):
+        # mean_resizing: the new row starts at the mean embedding, not at random noise far from the others.
+        model.resize_token_embeddings(len(tokenizer), mean_resizing=True)
+    return ret_id
+
+
+def gradient_accumulation(effective_batch: int, micro_batch: int, processes: int) -> int:
+    """Accumulation steps so that micro-batch x steps x processes is the effective batch (rounded up)."""
+    per_step = micro_batch * processes
+    steps = max(1, math.ceil(effective_batch / per_step))
+    if steps * per_step != effective_batch:
+        logger.warning("effective batch %d is not a multiple of %d x %d processes; using %d", effective_batch,
+                       micro_batch, processes, steps * per_step)
+    return steps
+
+
+def lora_config(cfg: AdaptTrainConfig, ret_id: int, tied: bool = True):
+    from peft import LoraConfig
+
+    # On a tied model peft ties the <RET> row of the LM head to the embedding's for trainable tokens by itself;
+    # whole saved modules need ensure_weight_tying, or the two copies drift apart.
+    extra: dict[str, Any] = {"trainable_token_indices": {"embed_tokens": [ret_id]}}
+    if cfg.ret_token_training == "modules_to_save":
+        extra = {"modules_to_save": ["embed_tokens", "lm_head"], "ensure_weight_tying": tied}
+    return LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=list(cfg.lora_target_modules), bias="none", task_type="CAUSAL_LM", **extra)
+
+
+def expose_lm_head_bias(model: Any) -> int:
+    """Give each ``TrainableTokensWrapper`` the ``bias`` of the layer it wraps (trl's fused head reads it).
+    Returns how many wrappers were patched."""
+    from peft.utils.other import TrainableTokensWrapper
+
+    n = 0
+    for module in model.modules():
+        if isinstance(module, TrainableTokensWrapper) and "bias" not in module.__dict__:
+            module.bias = getattr(module.token_adapter.base_layer, "bias", None)
+            n += 1
+    return n
+
+
+def build_peft_model(model: Any, cfg: AdaptTrainConfig, ret_id: int, base_name: str):
+    """LoRA on the target modules plus a trainable ``<RET>`` row; the adapter names ``base_name`` as its base
+    (an embedded short name stays portable across machines)."""
+    from peft import get_peft_model, prepare_model_for_kbit_training
+
+    if cfg.load_in_4bit or cfg.load_in_8bit:
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
+    tied = bool(getattr(model.config.get_text_config(), "tie_word_embeddings", False))
+    peft_model = get_peft_model(model, lora_config(cfg, ret_id, tied))
+    peft_model.peft_config["default"].base_model_name_or_path = base_name
+    expose_lm_head_bias(peft_model)
+    return peft_model
+
+
+def build_optimizer(model: Any, cfg: AdaptTrainConfig) -> torch.optim.Optimizer | None:
+    """AdamW with the <RET> row in its own group at ``ret_token_learning_rate``; None (the Trainer's own
+    optimizer) when that is unset. The Trainer's schedule scales both groups alike."""
+    if cfg.ret_token_learning_rate is None:
+        return None
+    if cfg.ret_token_training != "trainable_tokens":
+        logger.warning("ret_token_learning_rate applies to trainable_tokens only; ignored with %s",
+                       cfg.ret_token_training)
+        return None
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    ret = [p for n, p in params if "trainable_tokens_delta" in n]
+    if not ret:
+        raise RuntimeError("no trainable <RET> row found in the model")
+    rest = [p for n, p in params if "trainable_tokens_delta" not in n]
+    return torch.optim.AdamW([{"params": rest, "lr": cfg.learning_rate},
+                              {"params": ret, "lr": cfg.ret_token_learning_rate}], weight_decay=0.0)
+
+
+def _precision(cfg: AdaptTrainConfig) -> str:
+    if cfg.precision != "auto":
+        return cfg.precision
+    return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
+
+
+def sft_config(cfg: AdaptTrainConfig, processes: int, has_eval: bool):
+    from trl import SFTConfig
+
+    precision = _precision(cfg)
+    evaluate = has_eval and cfg.eval_steps is not None
+    return SFTConfig(
+        output_dir=cfg.output_dir, per_device_train_batch_size=cfg.micro_batch_size,
+        per_device_eval_batch_size=cfg.micro_batch_size,
+        gradient_accumulation_steps=gradient_accumulation(cfg.effective_batch_size, cfg.micro_batch_size, processes),
+        num_train_epochs=cfg.num_epochs, max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
+        warmup_steps=cfg.warmup_steps, lr_scheduler_type=cfg.lr_scheduler_type, max_length=cfg.max_length,
+        completion_only_loss=True,  # loss on the response only (alpaca-lora's train_on_inputs=False)
+        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
+        bf16=precision == "bf16", fp16=precision == "fp16", gradient_checkpointing=cfg.gradient_checkpointing,
+        logging_steps=cfg.logging_steps, save_strategy="steps", save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit, eval_strategy="steps" if evaluate else "no",
+        eval_steps=cfg.eval_steps if evaluate else None, report_to=cfg.report_to, run_name=cfg.run_name,
+        seed=cfg.train_seed, dataloader_num_workers=0, disable_tqdm=False,
+    )
+
+
+def resolve_checkpoint(setting: str, output_dir: str) -> str | None:
+    """``auto``: the last ``checkpoint-*`` in ``output_dir`` (None when there is none); ``never``; or a path."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if setting == "never":
+        return None
+    if setting == "auto":
+        return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    if not Path(setting).is_dir():
+        raise FileNotFoundError(f"resume_from_checkpoint: no checkpoint folder {setting}")
+    return setting
+
+
+# Fields that must match for a checkpoint to be continued (others, e.g. max_steps or logging, may change).
+RESUME_KEYS = ("base_model", "data_dir", "source_sha256", "micro_batch_size", "effective_batch_size", "learning_rate",
+               "ret_token_learning_rate", "max_length", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
+               "ret_token_training", "load_in_4bit", "load_in_8bit")
+
+
+def check_resumable(output_dir: str | Path, current: dict[str, Any]) -> None:
+    """Refuse to continue checkpoints that were written with another recipe (``config.yaml`` in output_dir)."""
+    import yaml
+
+    from inference.config import ConfigError
+
+    saved_path = Path(output_dir) / "config.yaml"
+    if not saved_path.is_file():
+        return
+    saved = yaml.safe_load(saved_path.read_text()) or {}
+    diff = [k for k in RESUME_KEYS if k in saved and k in current and saved[k] != current[k]]
+    if diff:
+        raise ConfigError(f"{output_dir} holds checkpoints trained with other {', '.join(diff)} "
+                         f"(e.g. {diff[0]}: {saved[diff[0]]!r} vs {current[diff[0]]!r}); choose another output_dir "
+                         "or set resume_from_checkpoint: never")
+
+
+def configure_wandb(report_to: str) -> None:
+    """wandb only when asked, and never an interactive login prompt: offline unless a key is configured."""
+    if "wandb" not in report_to:
+        return
+    netrc = Path.home() / ".netrc"
+    has_key = bool(os.environ.get("WANDB_API_KEY")) or (netrc.is_file() and "api.wandb.ai" in netrc.read_text())
+    if not has_key:
+        os.environ.setdefault("WANDB_MODE", "offline")
+        logger.info("wandb: no API key configured, logging offline (wandb sync later)")
+
+
+def check_adapter(output_dir: str | Path, cfg: AdaptTrainConfig) -> dict[str, int]:
+    """Refuse an adapter file without LoRA weights or without the ``<RET>`` row (alpaca-lora once saved empty
+    443-byte adapters). Returns tensor and parameter counts."""
+    from safetensors import safe_open
+
+    path = Path(output_dir) / ADAPTER_FILE
+    if not path.is_file():
+        raise RuntimeError(f"no adapter was written: {path} is missing")
+    with safe_open(str(path), framework="pt") as f:
+        keys = list(f.keys())
+        numel = sum(math.prod(f.get_slice(k).get_shape()) for k in keys)
+    ret_marker = "trainable_tokens" if cfg.ret_token_training == "trainable_tokens" else "embed_tokens"
+    if not any("lora_" in k for k in keys) or not any(ret_marker in k for k in keys) or numel == 0:
+        raise RuntimeError(f"{path} ({path.stat().st_size} bytes) lacks LoRA or {RET_TOKEN} weights: keys {keys[:6]}")
+    return {"tensors": len(keys), "parameters": int(numel), "bytes": path.stat().st_size}
+
+
+def _write_outputs(output_dir: Path, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, extra: Any) -> None:
+    """Resolved config (with the data's source hash, which resuming checks) and the dataset stats."""
+    import yaml
+
+    from inference.config import config_dict
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    stats_path = Path(data_cfg.data_dir) / "stats.json"
+    stats = json.loads(stats_path.read_text()) if stats_path.is_file() else {}
+    resolved = {**config_dict(data_cfg, train_cfg, *extra), "source_sha256": stats.get("source_sha256")}
+    (output_dir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    if stats:
+        shutil.copy(stats_path, output_dir / "data_stats.json")
+
+
+def _start_output(main_process: bool, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig,
+                  extra: tuple) -> str | None:
+    """The checkpoint to resume from (checked against the saved recipe), and the resolved config written."""
+    resume = resolve_checkpoint(train_cfg.resume_from_checkpoint, train_cfg.output_dir)
+    if main_process:
+        if resume:
+            stats_path = Path(data_cfg.data_dir) / "stats.json"
+            sha = json.loads(stats_path.read_text()).get("source_sha256") if stats_path.is_file() else None
+            check_resumable(train_cfg.output_dir, {**asdict(data_cfg), **asdict(train_cfg), "source_sha256": sha})
+            logger.info("resuming from %s", resume)
+        _write_outputs(Path(train_cfg.output_dir), data_cfg, train_cfg, extra)
+    return resume
+
+
+def train_adapt(data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, dsd: DatasetDict,
+                extra_configs: tuple = ()) -> dict[str, Any]:
+    """Fine-tune ``data_cfg.base_model`` on ``dsd``; write adapter, tokenizer, config and stats to
+    ``train_cfg.output_dir``. Returns the train metrics plus the adapter check."""
+    from accelerate import PartialState
+    from trl import SFTTrainer
+
+    from inference.models import ModelOptions, load_causal_lm
+
+    state = PartialState()
+    out = Path(train_cfg.output_dir)
+    resume = _start_output(state.is_main_process, data_cfg, train_cfg, extra_configs)
+    configure_wandb(train_cfg.report_to)
+    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(_precision(train_cfg), "float32")
+    model, tokenizer = load_causal_lm(data_cfg.base_model, ModelOptions(
+        dtype=dtype, device=str(state.device), load_in_4bit=train_cfg.load_in_4bit,
+        load_in_8bit=train_cfg.load_in_8bit))
+    ret_id = add_ret_token(tokenizer, model)
+    model = build_peft_model(model, train_cfg, ret_id, data_cfg.base_model)
+    if state.is_main_process:
+        model.print_trainable_parameters()
+    columns = ["prompt", "completion"]
+    has_eval = len(dsd["validation"]) > 0
+    trainer = SFTTrainer(model=model, args=sft_config(train_cfg, state.num_processes, has_eval),
+                         train_dataset=dsd["train"].select_columns(columns),
+                         eval_dataset=dsd["validation"].select_columns(columns) if has_eval else None,
+                         processing_class=tokenizer, optimizers=(build_optimizer(model, train_cfg), None))
+    result = trainer.train(resume_from_checkpoint=resume)
+    metrics: dict[str, Any] = dict(result.metrics)
+    if state.is_main_process:
+        # Trainable tokens carry the <RET> row; the resized base embedding need not be saved (peft's "auto"
+        # would add the whole matrix, ~110 MB for SmolLM2, because the vocabulary grew).
+        whole = train_cfg.ret_token_training == "modules_to_save"
+        trainer.accelerator.unwrap_model(trainer.model).save_pretrained(out, save_embedding_layers=whole)
+        tokenizer.save_pretrained(out)
+        metrics["adapter"] = check_adapter(out, train_cfg)
+        (out / "train_results.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        if train_cfg.merge_adapter:
+            merged = trainer.model.merge_and_unload()
+            merged.save_pretrained(out / "merged")
+            tokenizer.save_pretrained(out / "merged")
+    state.wait_for_everyone()
+    return metrics
