@@ -55,6 +55,9 @@ class AdaptDataConfig:
     source: str = "world"  # "world" or a QA file with gold passages
     source_format: str | None = None  # a readers.QAFormat name; null = detect from the file
     source_limit: int | None = None  # at most this many questions (world: a seeded sample of its training part)
+    # A file's first source_limit questions can be a handful of articles (SQuAD is grouped by article): true takes
+    # a seeded (data_seed) random sample of the whole file instead.
+    source_shuffle: bool = False
     world_seed: int = 0
     heldout_fraction: float = 0.2  # world: share of questions kept out of training for evaluation
     world_common_fraction: float | None = None  # world: share of common-knowledge questions; null = natural mix
@@ -117,7 +120,14 @@ def load_source(cfg: AdaptDataConfig) -> list[QAExample]:
     else:
         from data_builders.readers import read_qa
 
-        examples = read_qa(cfg.source, format=cfg.source_format, limit=cfg.source_limit)
+        if cfg.source_shuffle:
+            import random
+
+            examples = read_qa(cfg.source, format=cfg.source_format)
+            random.Random(cfg.data_seed).shuffle(examples)
+            examples = examples[:cfg.source_limit]
+        else:
+            examples = read_qa(cfg.source, format=cfg.source_format, limit=cfg.source_limit)
     if not examples:
         raise DataError("no questions", source=cfg.source)
     missing = [ex.id for ex in examples if not ex.gold_passages]

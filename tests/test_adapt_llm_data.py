@@ -235,3 +235,14 @@ def test_cli_from_yaml_resumes_without_a_model(tmp_path, capsys):
     config.write_text(yaml.safe_dump({"data_dir": cfg.data_dir, "sourse": "x"}))
     assert run_cli(main, argv=[str(config)]) == 2
     assert "unknown field(s) sourse" in capsys.readouterr().err
+
+
+def test_file_source_first_or_seeded_sample(tmp_path):
+    source = _write_source(tmp_path, _examples(5))
+    first = load_source(_cfg(tmp_path, source, source_limit=3))
+    assert [ex.id for ex in first] == [ex.id for ex in _examples(5)[:3]]
+    sample = load_source(_cfg(tmp_path, source, source_limit=3, source_shuffle=True))
+    assert len(sample) == 3 and [ex.id for ex in sample] == [
+        ex.id for ex in load_source(_cfg(tmp_path, source, source_limit=3, source_shuffle=True))]
+    everything = load_source(_cfg(tmp_path, source, source_shuffle=True))
+    assert sorted(ex.id for ex in everything) == sorted(ex.id for ex in _examples(5))

@@ -1,0 +1,115 @@
+"""PopQA's popularity policy with a threshold tuned on one slice of questions and every policy reported on another.
+
+    python -m inference.popularity_threshold runs/adapt_llm_squad/model/eval/records.jsonl --tune 0:700 --test 700:1000
+
+Reads the ``records.jsonl`` of an ADAPT-LLM ``sweep`` evaluation (every question's parametric, NR and context
+answers, its ``p(<RET>)`` and popularity, in the evaluation file's order), so no answer is generated again. The
+popularity policy retrieves when ``popularity < threshold``; the threshold is the one with the best accuracy on the
+tuning slice (ties: the lowest, i.e. the fewest retrievals). Prints NR / AR / ADAPT-LLM / popularity (tuned, and
+the paper's 707,000) on the test slice, and writes them as JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+from inference.adapt_gate import GateConfig, GateRecord, format_table, redecide, summarize
+
+PAPER_THRESHOLD = 707_000.0
+
+
+def read_records(path: str | Path) -> list[GateRecord]:
+    names = {f.name for f in fields(GateRecord)}
+    records = []
+    with Path(path).open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{line_no}: not JSON ({err.msg})") from None
+            records.append(GateRecord(**{k: v for k, v in row.items() if k in names}))
+    return records
+
+
+def tune_threshold(records: Sequence[GateRecord], cfg: GateConfig | None = None) -> tuple[float, float]:
+    """(threshold, accuracy) of the best popularity threshold on ``records``: candidates are every observed
+    popularity plus infinity (always retrieve); 0 means never retrieve."""
+    cfg = cfg or GateConfig()
+    if any(r.popularity is None for r in records):
+        raise ValueError("the popularity policy needs every record's popularity (PopQA's s_pop)")
+    candidates = sorted({0.0, math.inf, *(float(r.popularity) for r in records)})
+    best = (0.0, -1.0)
+    for threshold in candidates:
+        decided = redecide(records, "popularity", replace(cfg, popularity_threshold=threshold))
+        acc = sum(r.correct for r in decided) / max(1, len(decided))
+        if acc > best[1]:
+            best = (threshold, acc)
+    return best
+
+
+def report(records: Sequence[GateRecord], tune: slice, test: slice, cfg: GateConfig | None = None) -> dict[str, Any]:
+    cfg = cfg or GateConfig()
+    threshold, tune_acc = tune_threshold(records[tune], cfg)
+    held = records[test]
+    rows = {
+        "NR (never retrieve)": summarize(redecide(held, "never_retrieve", cfg)),
+        "AR (always retrieve)": summarize(redecide(held, "always_retrieve", cfg)),
+        f"ADAPT-LLM ({cfg.gate_rule})": summarize(redecide(held, "adapt_llm", cfg)),
+        f"popularity < {threshold:,.0f} (tuned)": summarize(
+            redecide(held, "popularity", replace(cfg, popularity_threshold=threshold))),
+        f"popularity < {PAPER_THRESHOLD:,.0f} (paper)": summarize(
+            redecide(held, "popularity", replace(cfg, popularity_threshold=PAPER_THRESHOLD))),
+    }
+    return {"threshold": threshold, "tune_accuracy": tune_acc, "tune": [tune.start, tune.stop],
+            "test": [test.start, test.stop], "rows": rows, "table": format_table(rows)}
+
+
+def _slice(text: str) -> slice:
+    try:
+        start, stop = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected START:STOP, got '{text}'") from None
+    if not 0 <= start < stop:
+        raise argparse.ArgumentTypeError(f"expected 0 <= START < STOP, got '{text}'")
+    return slice(start, stop)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("records", help="records.jsonl of an ADAPT-LLM sweep evaluation")
+    parser.add_argument("--tune", type=_slice, default=slice(0, 700), help="START:STOP of the tuning slice")
+    parser.add_argument("--test", type=_slice, default=slice(700, 1000), help="START:STOP of the reported slice")
+    parser.add_argument("--gate_rule", choices=["token", "threshold"], default="token")
+    parser.add_argument("--ret_threshold", type=float, default=0.5)
+    parser.add_argument("--json", default=None, help="also write the result here")
+    args = parser.parse_args(argv)
+    if not Path(args.records).is_file():
+        parser.error(f"no such file: {args.records}")
+    try:
+        records = read_records(args.records)
+        if args.test.stop > len(records) or args.tune.stop > len(records):
+            raise ValueError(f"{args.records} has {len(records)} records; the slices need "
+                             f"{max(args.test.stop, args.tune.stop)}")
+        result = report(records, args.tune, args.test, GateConfig(gate_rule=args.gate_rule,
+                                                                  ret_threshold=args.ret_threshold))
+    except (ValueError, TypeError) as err:
+        parser.exit(2, f"error: {err}\n")
+    print(f"popularity threshold tuned on {args.tune.start}-{args.tune.stop - 1}: {result['threshold']:,.0f} "
+          f"(accuracy there {result['tune_accuracy']:.3f})")
+    print(f"questions {args.test.start}-{args.test.stop - 1}:")
+    print(result["table"])
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({k: v for k, v in result.items() if k != "table"}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
