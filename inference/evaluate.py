@@ -23,7 +23,7 @@ from typing import Any
 
 from inference.config import parse_config, run_cli, save_config
 from inference.engine import EngineConfig
-from inference.gate_eval import GATE_METHODS, GateMethodConfig, check_examples
+from inference.gate_eval import GATE_METHODS, GateMethodConfig, check_examples, gate_runner, inner_method
 from inference.methods import MethodConfig
 from inference.prompts import PromptConfig
 from inference.scoring import summarise
@@ -90,8 +90,6 @@ def make_runner(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, eng
         cfg.index, cfg.dataset, query_encoder=cfg.query_encoder, world_seed=cfg.world_seed)
     if method.method not in GATE_METHODS:
         return method_runner(model, tokenizer, retriever, method, prompt, engine)
-    from inference.gate_eval import gate_runner, inner_method
-
     if hasattr(model, "merge_and_unload"):  # a LoRA adapter: merged in memory, faster and a plain model
         model = model.merge_and_unload()
     gate = gate or GateMethodConfig()
