@@ -11,11 +11,14 @@
   script does).
 * ``never_retrieve`` (NR): the NR prompt. ``always_retrieve`` (AR): ``context_prompt`` with top-k for every
   question. ``popularity``: ``metadata["popularity"] < popularity_threshold`` -> AR's path, else NR's.
+* ``inner``: questions sent to retrieval may instead be answered by another method (:class:`InnerMethod`, e.g.
+  DRAGIN or Iter-RetGen behind the evaluate command); questions the gate keeps are answered as above.
 * ``sweep``: all three answers for every question (parametric with ``p_ret``, NR, context), decided as
   ``adapt_llm``; :func:`redecide` and :func:`sweep_threshold` then re-decide any policy or threshold
   offline, without generating again (greedy decoding gives the same text for the same prompt).
 
-Every policy returns the same :class:`GateRecord` type; fields a policy did not need stay ``None``.
+Every policy returns the same :class:`GateRecord` type; fields a policy did not need stay ``None``;
+``answered_by`` names the output that answered (``parametric``, ``closed_book``, ``context`` or the inner method).
 """
 
 from __future__ import annotations
@@ -42,6 +45,17 @@ GateRule = Literal["token", "threshold"]
 GATE_POLICIES = ("adapt_llm", "never_retrieve", "always_retrieve", "popularity", "sweep")
 # Generates greedy continuations for formatted prompts; first_token_probs carries "<RET>" when known.
 Generate = Callable[[list[str]], list[Generation]]
+SOURCES = {"parametric_output": "parametric", "closed_book_output": "closed_book", "context_output": "context"}
+
+
+@dataclass
+class InnerMethod:
+    """Answers the questions the gate sends to retrieval in place of the single context prompt."""
+
+    name: str  # e.g. "dragin": recorded as the path that answered
+    # examples -> one record per example, in order, with at least "output" and "retrievals" (each with "doc_ids"):
+    # the record shape of the evaluate command's runners
+    run: Callable[[list[QAExample]], list[dict[str, Any]]]
 
 
 @dataclass
@@ -84,6 +98,9 @@ class GateRecord:
     closed_book_output: str | None = None  # NR prompt
     context_output: str | None = None  # context prompt with the retrieved passages
     popularity: float | None = None
+    answered_by: str = ""  # parametric | closed_book | context | the inner method's name
+    generated_tokens: int = 0  # by the gate's own prompts (an inner method's count stays in ``inner``)
+    inner: dict[str, Any] | None = None  # the inner method's record, when one answered the context path
 
 
 def model_generator(model: Any, tokenizer: Any, batch_size: int = 16, max_new_tokens: int = 20) -> Generate:
@@ -115,19 +132,19 @@ def _need(rec: GateRecord, name: str) -> str:
 
 
 def _decide_one(rec: GateRecord, policy: str, cfg: GateConfig) -> tuple[bool, str]:
+    """Whether ``policy`` retrieves for ``rec``, and the field whose output answers."""
     if policy == "never_retrieve":
-        return False, _need(rec, "closed_book_output")
+        return False, "closed_book_output"
     if policy == "always_retrieve":
-        return True, _need(rec, "context_output")
+        return True, "context_output"
     if policy == "popularity":
         if rec.popularity is None:
             raise ValueError(f"{rec.question_id}: the popularity policy needs metadata['popularity']")
         low = rec.popularity < cfg.popularity_threshold
-        return low, _need(rec, "context_output" if low else "closed_book_output")
+        return low, "context_output" if low else "closed_book_output"
     if wants_retrieval(rec, cfg.gate_rule, cfg.ret_threshold):  # adapt_llm (and sweep)
-        return True, _need(rec, "context_output")
-    parametric = _need(rec, "parametric_output")
-    return False, (parametric if RET_TOKEN not in parametric else _need(rec, "closed_book_output"))
+        return True, "context_output"
+    return False, "parametric_output" if RET_TOKEN not in _need(rec, "parametric_output") else "closed_book_output"
 
 
 def redecide(records: Sequence[GateRecord], policy: GatePolicy, cfg: GateConfig | None = None,
@@ -137,18 +154,23 @@ def redecide(records: Sequence[GateRecord], policy: GatePolicy, cfg: GateConfig 
     judge = judge or make_judge(cfg.judge, cfg.judge_normalize)
     out = []
     for rec in records:
-        retrieved, output = _decide_one(rec, policy, cfg)
-        out.append(replace(rec, policy=policy, retrieved=retrieved, output=output,
+        retrieved, source = _decide_one(rec, policy, cfg)
+        output = _need(rec, source)
+        by = SOURCES[source] if source != "context_output" or rec.inner is None else rec.inner["method"]
+        out.append(replace(rec, policy=policy, retrieved=retrieved, output=output, answered_by=by,
                            correct=bool(judge(output, rec.answers)), doc_ids=list(rec.doc_ids)))
     return out
 
 
 class AdaptGate:
-    """Runs a policy over questions: generation and retrieval are passed in, so tests can stub both."""
+    """Runs a policy over questions: generation and retrieval are passed in, so tests can stub both. With
+    ``inner``, that method answers the questions sent to retrieval (it does its own retrieving)."""
 
-    def __init__(self, generate: Generate, retriever: Retriever | None, cfg: GateConfig | None = None):
-        self.generate, self.retriever, self.cfg = generate, retriever, cfg or GateConfig()
+    def __init__(self, generate: Generate, retriever: Retriever | None, cfg: GateConfig | None = None,
+                 inner: InnerMethod | None = None):
+        self.generate, self.retriever, self.cfg, self.inner = generate, retriever, cfg or GateConfig(), inner
         self.judge = make_judge(self.cfg.judge, self.cfg.judge_normalize)
+        self._examples: dict[str, QAExample] = {}
 
     def run(self, examples: Sequence[QAExample], policy: GatePolicy | None = None) -> list[GateRecord]:
         policy = policy or self.cfg.policy
@@ -156,6 +178,7 @@ class AdaptGate:
             raise ValueError(f"policy must be one of {GATE_POLICIES}, got '{policy}'")
         recs = [GateRecord(ex.id, ex.question, list(ex.answers), popularity=ex.metadata.get("popularity"))
                 for ex in examples]
+        self._examples = {ex.id: ex for ex in examples}  # an inner method gets the whole example
         cfg = self.cfg
         if policy in ("adapt_llm", "sweep"):
             self._parametric(recs)
@@ -179,14 +202,19 @@ class AdaptGate:
         gens = self.generate([parametric_prompt(r.question, self.cfg.prompt_variant) for r in recs]) if recs else []
         for rec, gen in zip(recs, gens):
             rec.parametric_output, rec.p_ret = gen.text, gen.first_token_probs.get(RET_TOKEN)
+            rec.generated_tokens += gen.num_tokens
 
     def _closed_book(self, recs: list[GateRecord]) -> None:
         gens = self.generate([never_retrieve_prompt(r.question, self.cfg.prompt_variant) for r in recs]) if recs else []
         for rec, gen in zip(recs, gens):
             rec.closed_book_output = gen.text
+            rec.generated_tokens += gen.num_tokens
 
     def _context(self, recs: list[GateRecord]) -> None:
         if not recs:
+            return
+        if self.inner is not None:
+            self._inner_context(recs)
             return
         if self.retriever is None:
             raise ValueError("this policy retrieves, but the gate has no retriever")
@@ -199,6 +227,16 @@ class AdaptGate:
             prompts.append(context_prompt(rec.question, passages, self.cfg.prompt_variant, self.cfg.max_passage_words))
         for rec, gen in zip(recs, self.generate(prompts)):
             rec.context_output = gen.text
+            rec.generated_tokens += gen.num_tokens
+
+    def _inner_context(self, recs: list[GateRecord]) -> None:
+        outs = self.inner.run([self._examples[r.question_id] for r in recs])
+        if len(outs) != len(recs):
+            raise ValueError(f"inner method '{self.inner.name}' returned {len(outs)} records for {len(recs)}")
+        for rec, out in zip(recs, outs):
+            rec.inner = {"method": self.inner.name, **out}
+            rec.context_output = out["output"] or ""
+            rec.doc_ids = [d for r in out.get("retrievals", []) for d in r["doc_ids"]]
 
 
 def _acc(recs: Sequence[GateRecord]) -> float | None:

@@ -2,10 +2,14 @@
 
     python -m inference.evaluate --method dragin --dataset world-two-hop --limit 50 --output_dir runs/eval/dragin
     python -m inference.evaluate config.yaml --theta 1.2            # YAML, then command-line overrides
+    python -m inference.evaluate --method adapt-llm --model runs/adapt_llm_demo/model --dataset world-single-hop
     accelerate launch -m inference.evaluate config.yaml             # data-parallel: one shard per process
 
 Writes ``predictions.jsonl`` (one provenance record per question), ``metrics.json`` and ``config.yaml`` into
 ``output_dir``. A rerun with the same folder resumes: questions already in predictions are never run again.
+Methods: the dynamic-RAG methods (:mod:`inference.methods`), ``iter-retgen``, and ADAPT-LLM's gate with its
+baselines ``adapt-llm`` / ``nr`` / ``ar`` / ``popularity`` (:mod:`inference.gate_eval`, knobs ``--gate_rule``,
+``--ret_threshold``, ``--popularity_threshold``, ``--gate_k``, ``--gate_inner`` ...).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 
 from inference.config import parse_config, run_cli, save_config
 from inference.engine import EngineConfig
+from inference.gate_eval import GATE_METHODS, GateMethodConfig, check_examples, gate_runner, inner_method
 from inference.methods import MethodConfig
 from inference.prompts import PromptConfig
 from inference.scoring import summarise
@@ -70,20 +75,34 @@ def drop_torn_tail(path: Path) -> None:
         path.write_bytes(data[: data.rfind(b"\n") + 1])
 
 
-def make_runner(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig):
+def make_runner(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig,
+                gate: GateMethodConfig | None = None):
     """A callable ``examples -> records`` for the configured method."""
     from accelerate import PartialState
 
-    from inference.engine import DynamicRAGEngine
     from inference.eval_data import load_eval_retriever
     from inference.models import ModelOptions, load_causal_lm
-    from inference.prompts import PromptBuilder
 
     # Under `accelerate launch` each process takes its own GPU (cuda:0, cuda:1, ...), not all cuda:0.
     device = str(PartialState().device) if cfg.device == "auto" else cfg.device
     model, tokenizer = load_causal_lm(cfg.model, ModelOptions(dtype=cfg.dtype, device=device))
     retriever = None if method.trigger == "never" else load_eval_retriever(
         cfg.index, cfg.dataset, query_encoder=cfg.query_encoder, world_seed=cfg.world_seed)
+    if method.method not in GATE_METHODS:
+        return method_runner(model, tokenizer, retriever, method, prompt, engine)
+    if hasattr(model, "merge_and_unload"):  # a LoRA adapter: merged in memory, faster and a plain model
+        model = model.merge_and_unload()
+    gate = gate or GateMethodConfig()
+    inner_cfg = inner_method(method, gate)
+    inner = None if inner_cfg is None else method_runner(model, tokenizer, retriever, inner_cfg, prompt, engine)
+    return gate_runner(model, tokenizer, retriever, method, gate, engine.batch_size, inner)
+
+
+def method_runner(model, tokenizer, retriever, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig):
+    """The engine (dynamic-RAG methods) or the Iter-RetGen loop behind one ``examples -> records`` callable."""
+    from inference.engine import DynamicRAGEngine
+    from inference.prompts import PromptBuilder
+
     if method.method == "iter-retgen":
         return iter_retgen_runner(model, tokenizer, retriever, method, prompt, engine)
     eng = DynamicRAGEngine(model, tokenizer, retriever, PromptBuilder(tokenizer, prompt), method, engine)
@@ -115,7 +134,8 @@ def iter_retgen_runner(model, tokenizer, retriever, method: MethodConfig, prompt
     return run
 
 
-def evaluate(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig) -> dict[str, Any]:
+def evaluate(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig,
+             gate: GateMethodConfig | None = None) -> dict[str, Any]:
     from accelerate import PartialState
     from tqdm.auto import tqdm
 
@@ -123,6 +143,7 @@ def evaluate(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine
     from inference.metrics import extract_answer
 
     state = PartialState()
+    gate = gate or GateMethodConfig()
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     examples = load_examples(cfg.dataset, fmt=cfg.dataset_format, start=cfg.start, limit=cfg.limit,
@@ -130,15 +151,16 @@ def evaluate(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine
     ids = [e.id for e in examples]
     if len(set(ids)) != len(ids):
         raise ValueError(f"dataset {cfg.dataset} has duplicate question ids; resume needs unique ids")
+    check_examples(method, examples, cfg.dataset)
     done = read_done(out)
     todo = [e for e in examples if e.id not in done][state.process_index::state.num_processes]
     if state.is_main_process:
-        save_config(out / "config.yaml", cfg, method, prompt, engine)
+        save_config(out / "config.yaml", cfg, method, prompt, engine, gate)
         print(f"{len(examples)} questions, {len(done)} already done, {len(todo)} to run here")
     shard = out / (f"predictions.rank{state.process_index}.jsonl" if state.num_processes > 1 else "predictions.jsonl")
     drop_torn_tail(shard)
     if todo:
-        run = make_runner(cfg, method, prompt, engine)
+        run = make_runner(cfg, method, prompt, engine, gate)
         bar = tqdm(total=len(todo), desc=method.method, disable=not (cfg.show_progress and state.is_main_process))
         for s in range(0, len(todo), cfg.chunk_size):
             chunk = todo[s:s + cfg.chunk_size]
@@ -155,13 +177,15 @@ def evaluate(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine
     records = [r for i, r in read_done(out).items() if i in set(ids)]
     metrics = summarise(records, dataset=cfg.dataset)
     metrics.update({"method": method.method, "model": cfg.model, "dataset": cfg.dataset})
+    if method.method in GATE_METHODS:
+        metrics["gate_inner"] = gate.gate_inner
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     print(json.dumps(metrics, indent=2))
     return metrics
 
 
 def main(argv: list[str] | None = None) -> None:
-    configs = parse_config((EvalConfig, MethodConfig, PromptConfig, EngineConfig), argv,
+    configs = parse_config((EvalConfig, MethodConfig, PromptConfig, EngineConfig, GateMethodConfig), argv,
                            prog="python -m inference.evaluate")
     evaluate(*configs)
 

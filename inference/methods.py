@@ -88,7 +88,8 @@ class Event:
 class MethodConfig:
     """All knobs of a dynamic-RAG method. Defaults follow the DRAGIN paper and its public configuration."""
 
-    method: Literal["wo-rag", "sr-rag", "fl-rag", "fs-rag", "flare", "dragin", "custom", "iter-retgen"] = "dragin"
+    method: Literal["wo-rag", "sr-rag", "fl-rag", "fs-rag", "flare", "dragin", "custom", "iter-retgen", "adapt-llm",
+                    "nr", "ar", "popularity"] = "dragin"
     trigger: TriggerName | None = None  # None: the method's own; set both for ablations ("custom")
     query: QueryName | None = None
     top_k: int = 3  # documents per retrieval (DRAGIN: 3 via BM25; FLARE used 2)
@@ -110,7 +111,10 @@ class MethodConfig:
                     "fl-rag": ("fixed_length", "last_window"), "fs-rag": ("fixed_sentence", "last_sentence"),
                     "flare": ("flare", "flare_masked"), "dragin": ("rind", "qfs"), "custom": (None, None),
                     # Iter-RetGen is a loop of whole generations (inference/iter_retgen.py), not a trigger
-                    "iter-retgen": ("single", "question")}
+                    "iter-retgen": ("single", "question"),
+                    # ADAPT-LLM's gate and its baselines (inference/gate_eval.py): at most one decision to retrieve
+                    "adapt-llm": ("single", "question"), "nr": ("never", "question"), "ar": ("single", "question"),
+                    "popularity": ("single", "question")}
         if self.method not in defaults:
             raise ValueError(f"unknown method '{self.method}' (known: {', '.join(defaults)})")
         trig, query = defaults[self.method]

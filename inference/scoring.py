@@ -22,10 +22,21 @@ def _is_yes_no(answers: list[str]) -> bool:
     return all(a.strip().lower() in ("yes", "no", "true", "false") for a in answers)
 
 
+def gate_columns(records: list[dict[str, Any]], rows: list[dict[str, float]]) -> dict[str, Any]:
+    """ADAPT-LLM's table columns from records that say whether they ``retrieved``: the share of questions that
+    retrieved, and accuracy (``acc``) with and without retrieval (``None`` when no question took that path)."""
+    with_r = [row["acc"] for rec, row in zip(records, rows) if rec["retrieved"]]
+    without = [row["acc"] for rec, row in zip(records, rows) if not rec["retrieved"]]
+    return {"retrieval_share": len(with_r) / len(records), "n_retrieved": len(with_r),
+            "acc_retrieved": sum(with_r) / len(with_r) if with_r else None,
+            "acc_not_retrieved": sum(without) / len(without) if without else None}
+
+
 def summarise(records: list[dict[str, Any]], dataset: str = "") -> dict[str, Any]:
     if not records:
         return {"n": 0}
-    quality = aggregate([score_record(r) for r in records])
+    rows = [score_record(r) for r in records]
+    quality = aggregate(rows)
     n = len(records)
     efficiency = {
         "retrieval_calls": sum(len(r.get("retrievals", [])) for r in records) / n,
@@ -33,4 +44,5 @@ def summarise(records: list[dict[str, Any]], dataset: str = "") -> dict[str, Any
         "generated_tokens": sum(r.get("generated_tokens", 0) for r in records) / n,
         "seconds_per_question": sum(r.get("seconds", 0.0) for r in records) / n,
     }
-    return {**quality, **efficiency}
+    gate = gate_columns(records, rows) if all("retrieved" in r for r in records) else {}
+    return {**quality, **efficiency, **gate}
