@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inference.config import parse_config, run_cli, save_config
+import yaml
+
+from inference.config import ConfigError, config_dict, parse_config, run_cli, save_config
 from inference.engine import EngineConfig
 from inference.gate_eval import GATE_METHODS, GateMethodConfig, check_examples, gate_runner, inner_method
 from inference.methods import MethodConfig
@@ -64,6 +66,22 @@ def read_done(out: Path) -> dict[str, dict[str, Any]]:
                 continue  # the line an interrupted write left half-written; that question runs again
             done[rec["id"]] = rec
     return done
+
+
+# Settings that only choose which questions run, or how: a resumed folder may differ in these.
+RESUMABLE_CHANGES = frozenset({"start", "limit", "output_dir", "chunk_size", "show_progress", "device"})
+
+
+def check_same_settings(saved: Path, current: dict[str, Any]) -> None:
+    """Refuse to resume into a folder whose predictions came from other settings (one metrics file, one config)."""
+    if not saved.is_file():
+        return
+    old = yaml.safe_load(saved.read_text()) or {}
+    changed = sorted(k for k in current if k not in RESUMABLE_CHANGES and k in old and old[k] != current[k])
+    if changed:
+        diff = ", ".join(f"{k}: {old[k]!r} -> {current[k]!r}" for k in changed[:5])
+        raise ConfigError(f"{saved.parent} holds predictions made with other settings ({diff}); "
+                          "use a new --output_dir, or delete the folder to start again")
 
 
 def drop_torn_tail(path: Path) -> None:
@@ -153,6 +171,8 @@ def evaluate(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine
         raise ValueError(f"dataset {cfg.dataset} has duplicate question ids; resume needs unique ids")
     check_examples(method, examples, cfg.dataset)
     done = read_done(out)
+    if done:
+        check_same_settings(out / "config.yaml", config_dict(cfg, method, prompt, engine, gate))
     todo = [e for e in examples if e.id not in done][state.process_index::state.num_processes]
     if state.is_main_process:
         save_config(out / "config.yaml", cfg, method, prompt, engine, gate)

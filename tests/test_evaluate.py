@@ -50,6 +50,10 @@ def test_evaluate_writes_and_resumes(tmp_path, monkeypatch):
     ids = [json.loads(line)["id"] for line in pred.read_text().splitlines() if line.endswith("}")]
     assert sorted(set(ids)) == ["q0", "q1", "q2", "q3", "q4"]
     assert (tmp_path / "out" / "config.yaml").is_file() and (tmp_path / "out" / "metrics.json").is_file()
+    # the same folder with other settings would mix two configurations in one metrics file: refused
+    with pytest.raises(ev.ConfigError, match="theta: 0.8 -> 1.5"):
+        ev.evaluate(cfg, MethodConfig(method="sr-rag", theta=1.5), PromptConfig(), EngineConfig())
+    assert calls == ["q0", "q1", "q2", "q2", "q3", "q4"]
 
 
 def test_summarise_metrics():
