@@ -100,6 +100,7 @@ class GateRecord:
     popularity: float | None = None
     answered_by: str = ""  # parametric | closed_book | context | the inner method's name
     generated_tokens: int = 0  # by the gate's own prompts (an inner method's count stays in ``inner``)
+    forward_passes: int = 0  # model calls the gate's own prompts took part in (likewise)
     inner: dict[str, Any] | None = None  # the inner method's record, when one answered the context path
 
 
@@ -203,12 +204,14 @@ class AdaptGate:
         for rec, gen in zip(recs, gens):
             rec.parametric_output, rec.p_ret = gen.text, gen.first_token_probs.get(RET_TOKEN)
             rec.generated_tokens += gen.num_tokens
+            rec.forward_passes += gen.forward_passes
 
     def _closed_book(self, recs: list[GateRecord]) -> None:
         gens = self.generate([never_retrieve_prompt(r.question, self.cfg.prompt_variant) for r in recs]) if recs else []
         for rec, gen in zip(recs, gens):
             rec.closed_book_output = gen.text
             rec.generated_tokens += gen.num_tokens
+            rec.forward_passes += gen.forward_passes
 
     def _context(self, recs: list[GateRecord]) -> None:
         if not recs:
@@ -228,6 +231,7 @@ class AdaptGate:
         for rec, gen in zip(recs, self.generate(prompts)):
             rec.context_output = gen.text
             rec.generated_tokens += gen.num_tokens
+            rec.forward_passes += gen.forward_passes
 
     def _inner_context(self, recs: list[GateRecord]) -> None:
         outs = self.inner.run([self._examples[r.question_id] for r in recs])

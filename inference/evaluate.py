@@ -139,15 +139,16 @@ def iter_retgen_runner(model, tokenizer, retriever, method: MethodConfig, prompt
                                                              prompt_style=prompt.prompt_style))
 
     def run(examples):
-        start, before = time.perf_counter(), generator.generated_tokens
+        start, before, passes = time.perf_counter(), generator.generated_tokens, generator.forward_passes
         records = loop.run(examples)
         seconds = (time.perf_counter() - start) / max(1, len(examples))
         tokens = (generator.generated_tokens - before) / max(1, len(examples))
+        passes = (generator.forward_passes - passes) / max(1, len(examples))
         return [{"id": r.id, "question": r.question, "answers": r.answers, "output": r.iterations[-1].output,
                  "retrievals": [{"round": t + 1, "query": it.query, "doc_ids": it.doc_ids} for t, it in
                                 enumerate(r.iterations)],
                  "iterations": [{"answer": it.answer, **it.metrics} for it in r.iterations],
-                 "llm_forward_passes": None, "generated_tokens": tokens, "rounds": len(r.iterations),
+                 "llm_forward_passes": passes, "generated_tokens": tokens, "rounds": len(r.iterations),
                  "seconds": seconds} for r in records]
     return run
 

@@ -93,7 +93,8 @@ def to_record(rec: GateRecord, seconds: float) -> dict[str, Any]:
             "policy": rec.policy, "retrieved": rec.retrieved, "answered_by": rec.answered_by, "p_ret": rec.p_ret,
             "popularity": rec.popularity, "retrievals": retrievals, "parametric_output": rec.parametric_output,
             "closed_book_output": rec.closed_book_output, "context_output": rec.context_output,
-            "llm_forward_passes": None, "generated_tokens": rec.generated_tokens + (inner.get("generated_tokens") or 0),
+            "llm_forward_passes": rec.forward_passes + (inner.get("llm_forward_passes") or 0),
+            "generated_tokens": rec.generated_tokens + (inner.get("generated_tokens") or 0),
             "seconds": seconds, **({"inner": inner} if rec.inner is not None else {})}
 
 

@@ -16,6 +16,7 @@ class Generation:
     text: str
     num_tokens: int
     first_token_probs: dict[str, float]  # probability of selected tokens at the first step (e.g. "<RET>")
+    forward_passes: int = 0  # model calls this prompt took part in: its batch's prefill and decode steps
 
 
 def chat_prompt(tokenizer, user: str, system: str | None = None) -> str:
@@ -62,6 +63,7 @@ def generate_texts(model, tokenizer, prompts: list[str], *, max_new_tokens: int 
             if stop_at_newline:
                 text = text.strip().split("\n")[0]
             probs = {t: float(first[row, tid]) for t, tid in watch_ids.items()} if first is not None else {}
-            results[i] = Generation(text=text.strip(), num_tokens=n, first_token_probs=probs)
+            results[i] = Generation(text=text.strip(), num_tokens=n, first_token_probs=probs,
+                                    forward_passes=int(new.shape[1]))
     out = [results[i] for i in range(len(prompts))]
     return out

@@ -57,7 +57,8 @@ class LMGenerator:
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
         self.stop_at_newline, self.show_progress = stop_at_newline, show_progress
-        self.generated_tokens = 0  # efficiency figure: total new tokens over all calls
+        self.generated_tokens = 0  # efficiency figures: total new tokens over all calls, and the forward
+        self.forward_passes = 0  # passes each prompt took part in, summed over prompts
 
     @classmethod
     def from_name(cls, name: str, *, dtype: str = "auto", device: str = "auto", **kwargs) -> LMGenerator:
@@ -78,6 +79,7 @@ class LMGenerator:
                               max_new_tokens=self.max_new_tokens, batch_size=self.batch_size,
                               show_progress=self.show_progress, stop_at_newline=self.stop_at_newline)
         self.generated_tokens += sum(g.num_tokens for g in gens)
+        self.forward_passes += sum(g.forward_passes for g in gens)
         return [g.text for g in gens]
 
 
