@@ -169,6 +169,8 @@ def test_gate_wraps_inner_method(tmp_path, world, monkeypatch, inner):
         assert recs[q]["output"] == recs[q]["context_output"]
         assert recs[q]["retrievals"] == recs[q]["inner"]["retrievals"] != []
         assert all(d.startswith("doc-") for r in recs[q]["retrievals"] for d in r["doc_ids"])
+        assert recs[q]["inner"]["llm_forward_passes"] > 0  # the real tiny model ran: its passes are counted
+        assert recs[q]["llm_forward_passes"] == recs[q]["inner"]["llm_forward_passes"]  # the gate's prompts: stub
     if inner == "iter-retgen":
         assert [r["query"] for r in recs["b"]["retrievals"]][0] == "Question b?" and len(recs["b"]["retrievals"]) == 2
     assert metrics["gate_inner"] == inner and metrics["n_retrieved"] == 2 and metrics["retrieval_share"] == 0.5
