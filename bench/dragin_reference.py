@@ -14,7 +14,7 @@ import time
 import torch
 
 from data_builders.schema import QAExample
-from inference.engine import ANSWER_MARKER, _stop_ids
+from inference.engine import ANSWER_MARKER, stop_token_ids
 from inference.methods import MethodConfig, RoundView, check_trigger, form_query
 from inference.prompts import PromptBuilder
 from inference.text_units import TokenText, ends_sentence
@@ -31,7 +31,7 @@ class ReferenceDragin:
         self.eager.load_state_dict(model.state_dict())
         self.eager.set_attn_implementation("eager")
         self.text = TokenText(tokenizer)
-        self.stop_ids = _stop_ids(tokenizer) | {tokenizer.eos_token_id}
+        self.stop_ids = stop_token_ids(tokenizer) | {tokenizer.eos_token_id}
         self.forward_passes = 0
 
     @torch.no_grad()

@@ -76,7 +76,7 @@ class DynamicRAGEngine:
         self.text = TokenText(tokenizer)
         needs_rows = method.trigger == "rind" or method.query == "qfs"
         self.decoder = BatchDecoder(model, tokenizer, reduce=self.cfg.head_reduce, capture=needs_rows,
-                                    stop_token_ids=_stop_ids(tokenizer))
+                                    stop_token_ids=stop_token_ids(tokenizer))
 
     # -- prompts ------------------------------------------------------------------------------------------
     def _start_round(self, state: QuestionState) -> Sequence:
@@ -191,7 +191,7 @@ class DynamicRAGEngine:
         return [st for st, _, _, _ in jobs]
 
 
-def _stop_ids(tokenizer) -> set[int]:
+def stop_token_ids(tokenizer) -> set[int]:
     """EOS plus chat end-of-turn tokens (SmolLM2 ends a turn with <|im_end|>)."""
     ids = set()
     for tok in ("<|im_end|>", "<|eot_id|>", "<|end|>", "</s>", "<|endoftext|>"):
