@@ -1,7 +1,7 @@
 """DRAGIN the reference way (baseline) against the batched engine, on the same questions and the same model.
 
     python bench/dynamic_rag.py --json runs/bench/dynamic_rag.json
-    python bench/dynamic_rag.py --questions 64 --batch-size 16 --theta 0.5 --dataset world-two-hop
+    python bench/dynamic_rag.py --questions 64 --batch-size 32 --theta 0.5 --dataset world-two-hop
 
 (a) baseline, ``bench/dragin_reference.py``: one question at a time, ``generate``, then extra full forward passes
 with attentions for RIND and QFS after each round; (b) the engine: all questions batched, signals captured while
@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--dataset", default="world-two-hop")
     parser.add_argument("--index", default=None)
     parser.add_argument("--questions", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--theta", type=float, default=0.5)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--prompt-style", default="chat", choices=["chat", "paper"])
