@@ -104,14 +104,15 @@ class GateRecord:
     inner: dict[str, Any] | None = None  # the inner method's record, when one answered the context path
 
 
-def model_generator(model: Any, tokenizer: Any, batch_size: int = 16, max_new_tokens: int = 20) -> Generate:
+def model_generator(model: Any, tokenizer: Any, batch_size: int = 16, max_new_tokens: int = 20,
+                    show_progress: bool = False) -> Generate:
     """Greedy generation that keeps the answer part (:func:`response_text`, as Algorithm 1's closed-book step
-    does) and reports p(<RET>) when the tokenizer has the token."""
+    does) and reports p(<RET>) when the tokenizer has the token; ``show_progress``: a bar per prompt set."""
     watch = (RET_TOKEN,) if RET_TOKEN in tokenizer.get_vocab() else ()
 
     def generate(prompts: list[str]) -> list[Generation]:
         gens = generate_texts(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                              watch_tokens=watch)
+                              watch_tokens=watch, show_progress=show_progress)
         return [replace(g, text=response_text(g.text)) for g in gens]
 
     return generate

@@ -77,7 +77,9 @@ def evaluate_gate(model: Any, tokenizer: Any, data_cfg: AdaptDataConfig, eval_cf
     ``{"table": str, "summaries": {...}, "sweep": [...]}``."""
     examples = eval_questions(data_cfg, eval_cfg)
     cfg = gate_config(data_cfg, eval_cfg)
-    generate = model_generator(model, tokenizer, eval_cfg.eval_batch_size, eval_cfg.eval_max_new_tokens)
+    # three prompt sets (parametric, NR, context), a bar each: a PopQA-sized evaluation runs for many minutes
+    generate = model_generator(model, tokenizer, eval_cfg.eval_batch_size, eval_cfg.eval_max_new_tokens,
+                               show_progress=True)
     records = AdaptGate(generate, eval_retriever(data_cfg, eval_cfg), cfg).run(examples, "sweep")
     decided = {"NR (never retrieve)": redecide(records, "never_retrieve", cfg),
                "AR (always retrieve)": redecide(records, "always_retrieve", cfg),
