@@ -32,6 +32,7 @@ class Sequence:
     entropies: list[float] = field(default_factory=list)
     rows: list[torch.Tensor] = field(default_factory=list)
     forward_passes: int = 0
+    first_probs: dict[int, float] = field(default_factory=dict)  # watched token id -> probability at step 1
     closing: bool = False  # last token chosen; one more feed to get its row, then done
     done: bool = False
     hit_eos: bool = False
@@ -59,7 +60,7 @@ class BatchDecoder:
     """Greedy decoding of a changing batch. ``admit`` adds sequences, ``step`` advances all by one token."""
 
     def __init__(self, model, tokenizer, *, reduce: HeadReduce = "mean", stop_token_ids: set[int] | None = None,
-                 capture: bool = True):
+                 capture: bool = True, watch_token_ids: tuple[int, ...] = ()):
         self.model, self.tokenizer = model, tokenizer
         self.buffer: CaptureBuffer | None = install_capture(model, reduce) if capture else None
         self.device = next(model.parameters()).device
@@ -72,6 +73,7 @@ class BatchDecoder:
         self.mask: torch.Tensor | None = None  # (B, L) 1 = real token
         self.pending: torch.Tensor | None = None  # (B,) token to feed next
         self.forward_passes = 0
+        self.watch_token_ids = tuple(watch_token_ids)  # their first-step probabilities go to Sequence.first_probs
 
     # -- batch bookkeeping -------------------------------------------------------------------------------
     def _layers(self, cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -122,7 +124,10 @@ class BatchDecoder:
         seq.probs.append(prob)
         seq.entropies.append(entropy)
         if len(seq.gen_ids) >= seq.max_new_tokens:
-            seq.closing = True
+            if self.buffer is None:  # no attention row to collect: the extra feed would be wasted
+                seq.done = True
+            else:
+                seq.closing = True
 
     @torch.no_grad()
     def admit(self, seqs: list[Sequence]) -> None:
@@ -140,8 +145,12 @@ class BatchDecoder:
                          logits_to_keep=1)
         self.forward_passes += 1
         token, prob, entropy = _entropy_and_choice(out.logits[:, -1])
+        watched = (torch.softmax(out.logits[:, -1].float(), dim=-1)[:, list(self.watch_token_ids)].tolist()
+                   if self.watch_token_ids else None)
         for b, seq in enumerate(seqs):
             seq.forward_passes += 1
+            if watched is not None and not seq.gen_ids:  # a fresh prompt, not a resumed one
+                seq.first_probs = dict(zip(self.watch_token_ids, watched[b]))
             self._record_choice(seq, int(token[b]), float(prob[b]), float(entropy[b]))
         self.seqs = self.seqs + list(seqs)
         self._merge(self._layers(cache), mask, token)

@@ -1,13 +1,13 @@
-"""Plain batched greedy generation (no signals): the building block for data builders and simple methods.
+"""Plain batched greedy generation (no signals) for prompt-level methods and data builders.
 
-Methods that need per-token signals (entropy, attention) use :mod:`inference.decoder` instead.
+It runs on the engine's decoder (:mod:`inference.decoder`) with attention capture off, so every method shares one
+generation path and one forward-pass accounting; methods that need per-token signals drive the decoder themselves.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from tqdm.auto import tqdm
 
 
@@ -27,43 +27,45 @@ def chat_prompt(tokenizer, user: str, system: str | None = None) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-@torch.no_grad()
 def generate_texts(model, tokenizer, prompts: list[str], *, max_new_tokens: int = 32, batch_size: int = 16,
                    watch_tokens: tuple[str, ...] = (), show_progress: bool = False,
                    stop_at_newline: bool = False) -> list[Generation]:
-    """Greedy continuations of ``prompts`` (already formatted text), batched with left padding.
+    """Greedy continuations of ``prompts`` (already formatted text) on the engine's decoder, without signals.
 
-    ``watch_tokens`` names tokens (e.g. ``"<RET>"``) whose first-step probability is reported, so a gate's
-    threshold can be swept without generating again.
+    Continuous batching: at most ``batch_size`` prompts decode together, and a prompt that finishes frees its slot
+    for the next one at once (longest prompts first, so a batch holds similar lengths). ``watch_tokens`` names
+    tokens (e.g. ``"<RET>"``) whose first-step probability is reported, so a gate's threshold can be swept without
+    generating again.
     """
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    from inference.decoder import BatchDecoder, Sequence
+    from inference.engine import stop_token_ids
+
+    if batch_size < 1 or max_new_tokens < 1:
+        raise ValueError(f"batch_size and max_new_tokens must be >= 1, got {batch_size} and {max_new_tokens}")
     watch_ids = {t: tokenizer.convert_tokens_to_ids(t) for t in watch_tokens}
-    out: list[Generation] = []
-    device = next(model.parameters()).device
-    # Longest first: batches hold prompts of similar length, so less padding is computed.
-    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-    results: dict[int, Generation] = {}
-    for s in tqdm(range(0, len(order), batch_size), desc="generating", disable=not show_progress, unit="batch"):
-        idx = order[s:s + batch_size]
-        batch = tokenizer([prompts[i] for i in idx], return_tensors="pt", padding=True,
-                          add_special_tokens=False).to(device)
-        gen = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False, output_scores=bool(watch_ids),
-                             return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id)
-        new = gen.sequences[:, batch["input_ids"].shape[1]:]
-        first = torch.softmax(gen.scores[0].float(), dim=-1) if watch_ids else None
-        for row, i in enumerate(idx):
-            ids = new[row]
-            n = int((ids != tokenizer.pad_token_id).sum()) if tokenizer.pad_token_id is not None else len(ids)
-            text = tokenizer.decode(ids, skip_special_tokens=False)
-            for special in (tokenizer.eos_token, tokenizer.pad_token):
-                if special:
-                    text = text.split(special)[0]
-            if stop_at_newline:
-                text = text.strip().split("\n")[0]
-            probs = {t: float(first[row, tid]) for t, tid in watch_ids.items()} if first is not None else {}
-            results[i] = Generation(text=text.strip(), num_tokens=n, first_token_probs=probs,
-                                    forward_passes=int(new.shape[1]))
-    out = [results[i] for i in range(len(prompts))]
+    decoder = BatchDecoder(model, tokenizer, capture=False, stop_token_ids=stop_token_ids(tokenizer),
+                           watch_token_ids=tuple(watch_ids.values()))
+    encoded = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    queue = sorted(range(len(prompts)), key=lambda i: -len(encoded[i]))[::-1]  # pop() takes the longest
+    finished: dict[int, Sequence] = {}
+    with tqdm(total=len(prompts), desc="generating", unit="prompt", disable=not show_progress) as bar:
+        while queue or decoder.seqs:
+            free = batch_size - len(decoder.active)
+            # Refill when a quarter of the slots are free (or nothing runs): one prefill serves several prompts.
+            if queue and (free >= max(1, batch_size // 4) or not decoder.active):
+                decoder.admit([Sequence(i, encoded[i], max_new_tokens) for i in
+                               (queue.pop() for _ in range(min(free, len(queue))))])
+            for seq in [s for s in decoder.seqs if s.done]:
+                finished[seq.key] = seq
+                bar.update(1)
+            decoder.step()  # also drops the finished ones from the batch
+    out = []
+    for i in range(len(prompts)):
+        seq = finished[i]
+        text = tokenizer.decode(seq.gen_ids, skip_special_tokens=False)
+        if stop_at_newline:
+            text = text.strip().split("\n")[0]
+        probs = {t: seq.first_probs.get(tid, 0.0) for t, tid in watch_ids.items()}
+        out.append(Generation(text=text.strip(), num_tokens=len(seq.gen_ids), first_token_probs=probs,
+                              forward_passes=seq.forward_passes))
     return out

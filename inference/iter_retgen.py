@@ -46,7 +46,7 @@ class Generator(Protocol):
 
 
 class LMGenerator:
-    """Greedy generation with :func:`inference.generation.generate_texts`; one line per output.
+    """Greedy generation on the engine's decoder (:func:`inference.generation.generate_texts`); one line per output.
 
     Stopping at the first newline suits both prompt styles: the paper demos put the whole chain of thought on
     one line, and the chat style asks for a short phrase.
