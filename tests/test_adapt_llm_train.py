@@ -133,6 +133,10 @@ def test_train_adapt_writes_checked_adapter_and_resumes(tiny_dir, data, tmp_path
     again = train_adapt(data_cfg, _train_cfg(out, max_steps=3), dsd)  # resumes at step 2: one more step
     assert again["train_runtime"] >= 0 and (out / "checkpoint-3").is_dir()
     assert json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())["global_step"] == 3
+    # the finished run resumed again: no step runs, and its real loss is kept (the trainer would report 0)
+    finished = train_adapt(data_cfg, _train_cfg(out, max_steps=3), dsd)
+    assert finished["resumed_without_new_steps"] and finished["train_loss"] == again["train_loss"] > 0
+    assert json.loads((out / "train_results.json").read_text())["train_loss"] == again["train_loss"]
     with pytest.raises(ConfigError, match="other learning_rate"):  # another recipe never continues these
         train_adapt(data_cfg, _train_cfg(out, max_steps=4, learning_rate=1e-3), dsd)
     save_file({"base_model.model.x.weight": torch.zeros(1)}, str(tmp_path / "adapter_model.safetensors"))

@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -232,6 +233,12 @@ def _start_output(main_process: bool, data_cfg: AdaptDataConfig, train_cfg: Adap
     return resume
 
 
+def _checkpoint_step(folder: str) -> int:
+    """The optimizer step a ``checkpoint-N`` folder was saved at (-1 when the name says nothing)."""
+    match = re.fullmatch(r"checkpoint-(\d+)", Path(folder).name)
+    return int(match.group(1)) if match else -1
+
+
 def train_adapt(data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, dsd: DatasetDict,
                 extra_configs: tuple = ()) -> dict[str, Any]:
     """Fine-tune ``data_cfg.base_model`` on ``dsd``; write adapter, tokenizer, config and stats to
@@ -261,6 +268,10 @@ def train_adapt(data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, dsd: Dat
                          processing_class=tokenizer, optimizers=(build_optimizer(model, train_cfg), None))
     result = trainer.train(resume_from_checkpoint=resume)
     metrics: dict[str, Any] = dict(result.metrics)
+    previous = out / "train_results.json"
+    if resume and trainer.state.global_step == _checkpoint_step(resume) and previous.is_file():
+        # A finished run resumed: no step ran, and the trainer reports loss 0; keep the run's real figures.
+        metrics = {**json.loads(previous.read_text()), "resumed_without_new_steps": True}
     if state.is_main_process:
         # Trainable tokens carry the <RET> row; the resized base embedding need not be saved (peft's "auto"
         # would add the whole matrix, ~110 MB for SmolLM2, because the vocabulary grew).
