@@ -274,9 +274,10 @@ def _pct(x: float | None) -> str:
 
 def format_table(rows: dict[str, dict[str, Any]]) -> str:
     """Rows of :func:`summarize` as a fixed-width text table (percentages)."""
-    head = f"{'method':<26} {'n':>4} {'acc':>6} {'retr.%':>7} {'acc|retr':>9} {'acc|no retr':>12}"
+    width = max([26, *map(len, rows)])
+    head = f"{'method':<{width}} {'n':>4} {'acc':>6} {'retr.%':>7} {'acc|retr':>9} {'acc|no retr':>12}"
     lines = [head, "-" * len(head)]
     for name, s in rows.items():
-        lines.append(f"{name:<26} {s['n']:>4} {_pct(s['accuracy']):>6} {_pct(s['retrieval_share']):>7} "
+        lines.append(f"{name:<{width}} {s['n']:>4} {_pct(s['accuracy']):>6} {_pct(s['retrieval_share']):>7} "
                      f"{_pct(s['accuracy_retrieved']):>9} {_pct(s['accuracy_not_retrieved']):>12}")
     return "\n".join(lines)
