@@ -19,12 +19,18 @@ else
 fi
 common="--dataset $DATA $INDEX --max_new_tokens ${MAX_NEW:-48} --batch_size 16 --show_progress false"
 tune() { python -m inference.evaluate $common --start 0 --limit $TUNE_N --output_dir $R/tune/$1 "${@:2}" > /dev/null; }
-for theta in ${THETAS:-0.3 0.8 1.5}; do tune dragin-theta$theta --method dragin --theta $theta; done
-for t in ${FLARE_THRESHOLDS:-0.2 0.5}; do tune flare-$t --method flare --flare_threshold $t; done
-for n in ${FL_LENGTHS:-16 32}; do tune fl-rag-$n --method fl-rag --fixed_length $n; done
-python bench/experiments/table.py $R/tune/* | tee $R/tune_table.md
-best() { python bench/experiments/table.py --best f1 $R/tune/$1-*; }
-THETA=$(best dragin-theta | sed 's/dragin-theta//'); FT=$(best flare | sed 's/flare-//'); FL=$(best fl-rag | sed 's/fl-rag-//')
+THETAS=${THETAS:-0.3 0.8 1.5}; FLARE_THRESHOLDS=${FLARE_THRESHOLDS:-0.2 0.5}; FL_LENGTHS=${FL_LENGTHS:-16 32}
+# A grid of one value is used as given: no tuning run is spent on it.
+many() { [ $# -gt 1 ]; }
+if many $THETAS; then for t in $THETAS; do tune dragin-theta$t --method dragin --theta $t; done; fi
+if many $FLARE_THRESHOLDS; then for t in $FLARE_THRESHOLDS; do tune flare-$t --method flare --flare_threshold $t; done; fi
+if many $FL_LENGTHS; then for n in $FL_LENGTHS; do tune fl-rag-$n --method fl-rag --fixed_length $n; done; fi
+python bench/experiments/table.py $(for t in $THETAS; do echo $R/tune/dragin-theta$t; done) \
+    $(for t in $FLARE_THRESHOLDS; do echo $R/tune/flare-$t; done) $(for n in $FL_LENGTHS; do echo $R/tune/fl-rag-$n; done) \
+    | tee $R/tune_table.md
+best() { python bench/experiments/table.py --best f1 "${@/#/$R/tune/}"; }
+pick() { local prefix=$1; shift; if many "$@"; then best "${@/#/$prefix}" | sed "s/^$prefix//"; else echo "$1"; fi; }
+THETA=$(pick dragin-theta $THETAS); FT=$(pick flare- $FLARE_THRESHOLDS); FL=$(pick fl-rag- $FL_LENGTHS)
 echo "chosen on the tuning slice by F1: theta=$THETA flare_threshold=$FT fixed_length=$FL"
 test_run() { python -m inference.evaluate $common --start $TEST_START --limit $TEST_N --output_dir $R/test/$1 "${@:2}" > /dev/null; }
 test_run wo-rag --method wo-rag
