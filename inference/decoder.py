@@ -40,7 +40,10 @@ class Sequence:
 
 def _entropy_and_choice(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Greedy token, its probability and the distribution's entropy: (B, V) -> three (B,) tensors."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    return _choice_from_logp(torch.log_softmax(logits.float(), dim=-1))
+
+
+def _choice_from_logp(logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     token = logp.argmax(dim=-1)
     prob = logp.gather(-1, token[:, None]).squeeze(-1).exp()
     entropy = -(logp.exp() * logp).sum(dim=-1)
@@ -144,12 +147,12 @@ class BatchDecoder:
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
                          logits_to_keep=1)
         self.forward_passes += 1
-        token, prob, entropy = _entropy_and_choice(out.logits[:, -1])
-        watched = (torch.softmax(out.logits[:, -1].float(), dim=-1)[:, list(self.watch_token_ids)].tolist()
-                   if self.watch_token_ids else None)
+        logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # once: the choice and the watched tokens
+        token, prob, entropy = _choice_from_logp(logp)
+        watched = logp[:, list(self.watch_token_ids)].exp().tolist() if self.watch_token_ids else None
         for b, seq in enumerate(seqs):
             seq.forward_passes += 1
-            if watched is not None and not seq.gen_ids:  # a fresh prompt, not a resumed one
+            if watched is not None:
                 seq.first_probs = dict(zip(self.watch_token_ids, watched[b]))
             self._record_choice(seq, int(token[b]), float(prob[b]), float(entropy[b]))
         self.seqs = self.seqs + list(seqs)
