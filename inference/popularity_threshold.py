@@ -45,11 +45,18 @@ def tune_threshold(records: Sequence[GateRecord], cfg: GateConfig | None = None)
     cfg = cfg or GateConfig()
     if any(r.popularity is None for r in records):
         raise ValueError("the popularity policy needs every record's popularity (PopQA's s_pop)")
+    # One pass over the records sorted by popularity: threshold t retrieves exactly those with popularity < t.
+    by_pop = sorted(zip(redecide(records, "always_retrieve", cfg), redecide(records, "never_retrieve", cfg),
+                        strict=True), key=lambda pair: float(pair[0].popularity))
     candidates = sorted({0.0, math.inf, *(float(r.popularity) for r in records)})
-    best = (0.0, -1.0)
+    correct = sum(closed.correct for _, closed in by_pop)  # nobody below the smallest candidate
+    below, best = 0, (0.0, -1.0)
     for threshold in candidates:
-        decided = redecide(records, "popularity", replace(cfg, popularity_threshold=threshold))
-        acc = sum(r.correct for r in decided) / max(1, len(decided))
+        while below < len(by_pop) and float(by_pop[below][0].popularity) < threshold:
+            ctx, closed = by_pop[below]
+            correct += ctx.correct - closed.correct
+            below += 1
+        acc = correct / max(1, len(by_pop))
         if acc > best[1]:
             best = (threshold, acc)
     return best
