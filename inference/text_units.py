@@ -2,7 +2,9 @@
 
 Word boundaries come from the tokenizer itself: byte-level BPE (GPT-2, SmolLM2, Llama-3) marks a leading space
 with "Ġ", SentencePiece (Llama-2) with "▁"; the marker is derived by tokenizing " word", never assumed.
-Sentences come from spaCy's rule-based sentencizer (no model download).
+Sentences come from spaCy's rule-based sentencizer (no model download), except that a full stop after an initial
+or a common title ("Robert Z. Leonard", "Dr. Who", "Washington, D.C. is") does not end one: the sentencizer splits
+there, which cut FS-RAG and DRAGIN sentence windows in the middle of names.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import re
 from functools import lru_cache
 
 SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s*$")
+# A text ending like this has not ended a sentence: an initial ("Z.", "D.C.") or a title before a name.
+_NOT_AN_END = re.compile(r"(?:\b[A-Z]\.|\b(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|Gen|Col|Lt|Capt|Rev|Mt|vs|etc)\.)\s*$")
 
 
 @lru_cache(maxsize=1)
@@ -28,9 +32,14 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     offset = 0
     for line in text.split("\n"):
         if line.strip():
+            merge = False
             for sent in _sentencizer()(line).sents:
                 if sent.text.strip():
-                    spans.append((offset + sent.start_char, offset + sent.end_char))
+                    start, end = offset + sent.start_char, offset + sent.end_char
+                    if merge and spans:
+                        start = spans.pop()[0]
+                    spans.append((start, end))
+                    merge = bool(_NOT_AN_END.search(sent.text))
         offset += len(line) + 1
     return spans
 
@@ -70,4 +79,5 @@ def ends_sentence(text_before: str, next_piece: str) -> bool:
     or when a newline was just produced."""
     if "\n" in next_piece and text_before.strip():
         return True
-    return bool(SENTENCE_END.search(text_before)) and (not next_piece or next_piece[0].isspace())
+    return (bool(SENTENCE_END.search(text_before)) and not _NOT_AN_END.search(text_before)
+            and (not next_piece or next_piece[0].isspace()))
