@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -10,6 +11,8 @@ from typing import Literal
 import torch
 
 from data_builders.schema import DataError
+
+logger = logging.getLogger(__name__)
 
 QueryInput = Literal["question", "question_y1"]
 
@@ -67,7 +70,19 @@ def check_positions(dataset, passages, where: str) -> None:
                                 "with another index_dir?", source=where, record=row["question_id"])
 
 
-def load_distill_data(data_dir: str | Path, index_dir: str | Path, *, device: str = "auto") -> DistillData:
+def without_answers(dataset, answers: list[str]):
+    """``dataset`` less the questions whose every gold answer normalises to one of ``answers``."""
+    from inference.metrics import normalize_answer
+
+    drop = {normalize_answer(a) for a in answers}
+    if not drop:
+        return dataset
+    return dataset.filter(lambda row: not row["answers"]
+                          or not all(normalize_answer(a) in drop for a in row["answers"]))
+
+
+def load_distill_data(data_dir: str | Path, index_dir: str | Path, *, device: str = "auto",
+                      exclude_answers: list[str] | None = None) -> DistillData:
     from datasets import load_from_disk
 
     from retrieval_adapt.dense import DenseRetriever
@@ -76,6 +91,14 @@ def load_distill_data(data_dir: str | Path, index_dir: str | Path, *, device: st
     if not path.is_dir():
         raise FileNotFoundError(f"{path} does not exist; build it with `python -m data_builders.retrieval_adapt`")
     data = load_from_disk(str(path))
+    if exclude_answers:
+        kept = {split: without_answers(data[split], exclude_answers) for split in ("train", "validation")}
+        logger.info("exclude_answers %s: %d of %d training and %d of %d validation questions kept", exclude_answers,
+                    len(kept["train"]), len(data["train"]), len(kept["validation"]), len(data["validation"]))
+        for split in ("train", "validation"):
+            if len(data[split]) and not len(kept[split]):
+                raise DataError(f"exclude_answers {exclude_answers} leaves no {split} question", source=str(path))
+        data = kept
     if len(data["validation"]) == 0:
         raise DataError("the validation split is empty: the best checkpoint is chosen by validation loss; "
                         "rebuild with validation_fraction > 0", source=str(path))

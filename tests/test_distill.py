@@ -131,6 +131,8 @@ def test_config_validation():
         DistillConfig(batch_size=0)
     with pytest.raises(ValueError, match="learning_rate must be positive"):
         DistillConfig(learning_rate=0)
+    with pytest.raises(ValueError, match="quote them"):
+        DistillConfig(exclude_answers=[True, False])  # what YAML makes of a bare [yes, no]
 
 
 def test_entry_script_runs_from_yaml(setup, tmp_path):
@@ -155,3 +157,25 @@ def test_every_config_parses(path):
     types = {"data": (QuestionsConfig, RetrievalAdaptDataConfig), "distill": (DistillConfig,),
              "evaluate": (QuestionsConfig, EvaluateAdaptedConfig)}[path.name.split("_")[0]]
     assert len(parse_config(types, [str(path)])) == len(types)
+
+
+def test_exclude_answers_drops_questions_the_teacher_cannot_rank(setup, tmp_path):
+    from datasets import load_from_disk
+
+    from retrieval_adapt.distill_data import load_distill_data, without_answers
+
+    data = load_from_disk(str(setup["data"] / "dataset"))
+    answers = {"q0": ["Yes"], "q1": ["no", "NO."], "q2": ["no", "Paris"], "q3": [], "q4": ["a"], "q5": ["yes"]}
+    relabelled = data.map(lambda r: {"answers": answers[r["question_id"]]})
+    kept = without_answers(relabelled["train"], ["yes", "no"])
+    # q2 keeps a span answer, q3 has none to judge: both stay.
+    assert sorted(kept["question_id"]) == sorted(q for q in relabelled["train"]["question_id"]
+                                                 if q in {"q2", "q3", "q4"})
+    assert len(without_answers(relabelled["train"], [])) == len(relabelled["train"])
+    relabelled.save_to_disk(str(tmp_path / "yn" / "dataset"))
+    data.map(lambda r: {"answers": ["yes"]}).save_to_disk(str(tmp_path / "all-yes" / "dataset"))
+    with pytest.raises(DataError, match="leaves no train question"):
+        load_distill_data(tmp_path / "all-yes", setup["index"], exclude_answers=["yes", "no"])
+    result = train(_config(setup, tmp_path / "out", data_dir=str(tmp_path / "yn"), exclude_answers=["yes", "no"],
+                           max_steps=1))
+    assert result["steps"] == 1
