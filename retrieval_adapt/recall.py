@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from data_builders.schema import QAExample
-from inference.metrics import normalize_answer
+from inference.metrics import contained_accuracy
 from retrieval_adapt.base import Hit, Retriever
 
 
@@ -16,10 +16,11 @@ def gold_recall(hits: list[Hit], example: QAExample, k: int) -> float:
 
 
 def answer_recall(hits: list[Hit], example: QAExample, k: int) -> float:
-    """1.0 when any of the top-k passages contains any gold answer (normalised substring)."""
-    answers = [normalize_answer(a) for a in example.answers if normalize_answer(a)]
-    texts = [normalize_answer(h.passage.contents) for h in hits[:k]]
-    return float(any(a in t for a in answers for t in texts))
+    """1.0 when any of the top-k passages contains any gold answer: SQuAD-normalised text on word boundaries
+    (:func:`inference.metrics.contained_accuracy`), so the gold "no" is not found inside "known" or "not"."""
+    if not any(a.strip() for a in example.answers):
+        return 0.0
+    return float(any(contained_accuracy(h.passage.contents, example.answers) for h in hits[:k]))
 
 
 def recall_table(retriever: Retriever, examples: list[QAExample], ks: tuple[int, ...] = (1, 3, 10),

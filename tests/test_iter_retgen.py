@@ -124,3 +124,18 @@ def test_lm_generator_with_tiny_model(tiny_model, smol_tokenizer, fake_retriever
     records = IterRetGen(fake_retriever, gen, IterRetGenConfig(iterations=2, k=1)).run(examples())
     assert all(isinstance(r.iterations[1].output, str) for r in records)
     assert 0 < gen.generated_tokens <= 2 * 2 * 3
+
+
+def test_answer_recall_matches_whole_words_only():
+    from data_builders.schema import QAExample
+    from retrieval_adapt.recall import answer_recall
+
+    hits = [Hit(Passage("a", "A", "It is well known that nothing was built."), 1.0),
+            Hit(Passage("b", "B", "The answer is no, said the Café's owner."), 0.5)]
+    no = QAExample("q", "Was it built?", ["no"])
+    assert answer_recall(hits, no, 1) == 0.0  # "known", "nothing" do not contain the word "no"
+    assert answer_recall(hits, no, 2) == 1.0
+    assert answer_recall(hits, QAExample("q", "Whose?", ["the cafe's owner", "x"]), 2) == 0.0  # accents count
+    assert answer_recall(hits, QAExample("q", "Whose?", ["Café's owner"]), 2) == 1.0
+    assert answer_recall(hits, QAExample("q", "?", []), 2) == 0.0
+    assert answer_recall(hits, QAExample("q", "?", ["  "]), 2) == 0.0
