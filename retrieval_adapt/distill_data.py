@@ -77,8 +77,11 @@ def without_answers(dataset, answers: list[str]):
     drop = {normalize_answer(a) for a in answers}
     if not drop:
         return dataset
-    return dataset.filter(lambda row: not row["answers"]
-                          or not all(normalize_answer(a) in drop for a in row["answers"]))
+    # keep_in_memory: a filter of a saved dataset would otherwise write cache files into the user's data folder.
+    def keep(row: dict) -> bool:
+        return not row["answers"] or not all(normalize_answer(a) in drop for a in row["answers"])
+
+    return dataset.filter(keep, keep_in_memory=True)
 
 
 def load_distill_data(data_dir: str | Path, index_dir: str | Path, *, device: str = "auto",

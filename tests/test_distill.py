@@ -176,6 +176,8 @@ def test_exclude_answers_drops_questions_the_teacher_cannot_rank(setup, tmp_path
     data.map(lambda r: {"answers": ["yes"]}).save_to_disk(str(tmp_path / "all-yes" / "dataset"))
     with pytest.raises(DataError, match="leaves no train question"):
         load_distill_data(tmp_path / "all-yes", setup["index"], exclude_answers=["yes", "no"])
+    before = sorted(p.name for p in (tmp_path / "yn").rglob("*"))
     result = train(_config(setup, tmp_path / "out", data_dir=str(tmp_path / "yn"), exclude_answers=["yes", "no"],
                            max_steps=1))
     assert result["steps"] == 1
+    assert sorted(p.name for p in (tmp_path / "yn").rglob("*")) == before  # no cache files in the user's data
