@@ -46,7 +46,7 @@ def generate_texts(model, tokenizer, prompts: list[str], *, max_new_tokens: int 
     decoder = BatchDecoder(model, tokenizer, capture=False, stop_token_ids=stop_token_ids(tokenizer),
                            watch_token_ids=tuple(watch_ids.values()))
     encoded = tokenizer(prompts, add_special_tokens=False)["input_ids"]
-    queue = sorted(range(len(prompts)), key=lambda i: -len(encoded[i]))[::-1]  # pop() takes the longest
+    queue = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))  # pop() takes the longest
     finished: dict[int, Sequence] = {}
     with tqdm(total=len(prompts), desc="generating", unit="prompt", disable=not show_progress) as bar:
         while queue or decoder.seqs:

@@ -16,7 +16,6 @@ import json
 import logging
 import math
 import os
-import re
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -234,9 +233,10 @@ def _start_output(main_process: bool, data_cfg: AdaptDataConfig, train_cfg: Adap
 
 
 def _checkpoint_step(folder: str) -> int:
-    """The optimizer step a ``checkpoint-N`` folder was saved at (-1 when the name says nothing)."""
-    match = re.fullmatch(r"checkpoint-(\d+)", Path(folder).name)
-    return int(match.group(1)) if match else -1
+    """The optimizer step a checkpoint folder was saved at, from its own ``trainer_state.json``."""
+    from transformers import TrainerState
+
+    return TrainerState.load_from_json(str(Path(folder) / "trainer_state.json")).global_step
 
 
 def train_adapt(data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, dsd: DatasetDict,
