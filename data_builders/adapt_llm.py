@@ -12,6 +12,14 @@ gold answer. Output in ``data_dir``: ``dataset/`` (train/validation, columns ``p
 ``kind``, ``question_id``; both instances of a question in the same split), ``stats.json``,
 ``config.yaml`` and the resumable ``closed_book.jsonl``.
 
+``mode`` chooses what is trained on the same questions: ``adapt`` (Algorithm 1, above), ``nr`` (every question
+with the closed-book prompt "answer the question Q" -> gold answer: the paper's NR-LLM, never retrieving) or ``ar``
+(every question with its gold passage in the ``context_prompt`` -> gold answer: AR-LLM, always retrieving); the
+paper's baselines are such separately trained models (its ``train.py --mode``). nr and ar ask no closed-book
+answers. A gold passage longer than ``max_passage_words`` keeps a window around the answer
+(:func:`data_builders.adapt_prompts.answer_window`); ``stats.json`` counts ``passages_cut`` and
+``passages_recentred``.
+
 Sources: ``world`` (default: the training part of the embedded world's fictional single-hop and
 common-knowledge questions; :func:`data_builders.adapt_world.world_split` holds out the rest for
 evaluation) or any QA file that ships gold passages (canonical JSONL, SQuAD, NQ with passages, ...).
@@ -23,7 +31,6 @@ import hashlib
 import json
 import logging
 import random
-import shutil
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -34,17 +41,30 @@ from typing import Any, Literal
 from datasets import Dataset, DatasetDict, Features, Value, load_from_disk
 
 from data_builders.adapt_closed_book import ClosedBookFn, answer_closed_book, model_closed_book_fn
-from data_builders.adapt_prompts import RET_TOKEN, PromptVariant, context_prompt, parametric_prompt
+from data_builders.adapt_prompts import (
+    RET_TOKEN,
+    PromptVariant,
+    answer_window,
+    context_prompt,
+    never_retrieve_prompt,
+    parametric_prompt,
+)
 from data_builders.adapt_world import world_sample
+from data_builders.artifact_cards import check_repo_id, push_to_hub, write_dataset_card
+from data_builders.atomic_files import atomic_folder, write_text_atomic
+from data_builders.record_log import FolderLock
 from data_builders.schema import DataError, QAExample
 from inference.metrics import contained_accuracy, exact_match
+from inference.progress import library_bars_quiet
 
 logger = logging.getLogger(__name__)
 
 JudgeName = Literal["contains", "exact_match"]
+TrainingMode = Literal["adapt", "nr", "ar"]
+MODES: tuple[str, ...] = ("adapt", "nr", "ar")
 Judge = Callable[[str, Sequence[str]], bool]
 COLUMNS = ("prompt", "completion", "kind", "question_id")
-KINDS = ("parametric_answer", "parametric_ret", "context")
+KINDS = ("parametric_answer", "parametric_ret", "context", "never_retrieve")
 
 
 @dataclass
@@ -52,6 +72,10 @@ class AdaptDataConfig:
     """Algorithm 1 settings. Field names are unique across the ADAPT-LLM configs, so one YAML can hold them all."""
 
     data_dir: str = "runs/adapt_llm/data"  # output folder (and resume state)
+    # What to train: adapt (Algorithm 1: answer or <RET>), nr (closed-book prompt -> gold answer, never retrieves)
+    # or ar (gold passage in the context prompt -> gold answer, always retrieves). Each needs its own data_dir
+    # and output_dir.
+    mode: TrainingMode = "adapt"
     source: str = "world"  # "world" or a QA file with gold passages
     source_format: str | None = None  # a readers.QAFormat name; null = detect from the file
     source_limit: int | None = None  # at most this many questions (world: a seeded sample of its training part)
@@ -71,9 +95,11 @@ class AdaptDataConfig:
     # Completion of a correct question's parametric instance: the gold answer (Algorithm 1), or the model's own
     # closed-book answer that the judge accepted (keeps a small model's answer style, which carries its recall).
     parametric_target: Literal["gold", "closed_book"] = "gold"
-    max_passage_words: int | None = 200  # cut long gold passages so the answer stays inside max_length
+    # cut long gold passages so the instance stays inside max_length; the kept window holds the answer
+    max_passage_words: int | None = 200
     validation_fraction: float = 0.1  # share of questions (with all their instances) in the validation split
     data_seed: int = 0
+    push_dataset_to_hub: str | None = None  # Hub dataset repo ORG/NAME: upload data_dir (with its card) when built
 
     def __post_init__(self) -> None:
         if self.world_common_fraction is not None and not 0.0 <= self.world_common_fraction <= 1.0:
@@ -94,8 +120,12 @@ class AdaptDataConfig:
             raise ValueError(f"source_format must be one of {list(QA_FORMATS)} or null, got '{self.source_format}'")
         if self.parametric_target not in ("gold", "closed_book"):
             raise ValueError(f"parametric_target must be 'gold' or 'closed_book', got '{self.parametric_target}'")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got '{self.mode}'")
         if self.judge not in ("contains", "exact_match"):
             raise ValueError(f"judge must be 'contains' or 'exact_match', got '{self.judge}'")
+        if self.push_dataset_to_hub is not None:
+            check_repo_id(self.push_dataset_to_hub)
 
     def labeller(self) -> dict[str, Any]:
         """What determines a closed-book answer: a resumed file must have been written with the same."""
@@ -139,6 +169,12 @@ def load_source(cfg: AdaptDataConfig) -> list[QAExample]:
     return examples
 
 
+def gold_context_prompt(ex: QAExample, variant: PromptVariant = "paper", max_passage_words: int | None = None) -> str:
+    """The context instance's prompt: the question with its gold passages, each cut around the answer."""
+    passages = [answer_window(p, max_passage_words, ex.answers).text for p in ex.gold_passages]
+    return context_prompt(ex.question, passages, variant)
+
+
 def algorithm1(examples: Sequence[QAExample], answers: dict[str, str], judge: Judge,
                variant: PromptVariant = "paper", max_passage_words: int | None = None,
                parametric_target: str = "gold") -> list[dict[str, str]]:
@@ -154,9 +190,35 @@ def algorithm1(examples: Sequence[QAExample], answers: dict[str, str], judge: Ju
             continue
         rows.append({"prompt": question_prompt, "completion": RET_TOKEN, "kind": "parametric_ret",
                      "question_id": ex.id})
-        rows.append({"prompt": context_prompt(ex.question, ex.gold_passages, variant, max_passage_words),
+        rows.append({"prompt": gold_context_prompt(ex, variant, max_passage_words),
                      "completion": gold, "kind": "context", "question_id": ex.id})
     return rows
+
+
+def baseline_rows(examples: Sequence[QAExample], mode: str, variant: PromptVariant = "paper",
+                  max_passage_words: int | None = None) -> list[dict[str, str]]:
+    """The paper's separately trained baselines: one instance per question with the gold answer as completion;
+    ``nr``: the closed-book prompt ("answer the question Q"), ``ar``: the context prompt with the gold passage."""
+    if mode == "nr":
+        return [{"prompt": never_retrieve_prompt(ex.question, variant), "completion": ex.answers[0],
+                 "kind": "never_retrieve", "question_id": ex.id} for ex in examples]
+    if mode == "ar":
+        return [{"prompt": gold_context_prompt(ex, variant, max_passage_words), "completion": ex.answers[0],
+                 "kind": "context", "question_id": ex.id} for ex in examples]
+    raise ValueError(f"baseline mode must be nr or ar, got '{mode}'")
+
+
+def passage_cut_stats(examples: Sequence[QAExample], max_passage_words: int | None) -> dict[str, int]:
+    """Over context instances (one per example): how many had a passage cut, how many had one recentred on the
+    answer (a cut to the first words would have lost it), and how many gold passages hold no gold answer at all."""
+    counts = Counter()
+    for ex in examples:
+        cuts = [answer_window(p, max_passage_words, ex.answers) for p in ex.gold_passages]
+        counts["passages_cut"] += any(c.cut for c in cuts)
+        counts["passages_recentred"] += any(c.recentred for c in cuts)
+        whole = " ".join(" ".join(p.text.split()) for p in ex.gold_passages).lower()
+        counts["answer_not_in_passages"] += not any(" ".join(a.split()).lower() in whole for a in ex.answers)
+    return {k: counts[k] for k in ("passages_cut", "passages_recentred", "answer_not_in_passages")}
 
 
 def split_rows(rows: list[dict[str, str]], validation_fraction: float, seed: int) -> DatasetDict:
@@ -192,6 +254,16 @@ def source_sha256(examples: Sequence[QAExample]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def _common_stats(cfg: AdaptDataConfig, examples: Sequence[QAExample], rows: list[dict[str, str]],
+                  dsd: DatasetDict) -> dict[str, Any]:
+    context_ids = {r["question_id"] for r in rows if r["kind"] == "context"}
+    cuts = passage_cut_stats([ex for ex in examples if ex.id in context_ids], cfg.max_passage_words)
+    return {"mode": cfg.mode, "questions": len(examples), "instances": len(rows),
+            "train_instances": len(dsd["train"]), "validation_instances": len(dsd["validation"]),
+            "max_passage_words": cfg.max_passage_words, **cuts, "base_model": cfg.base_model,
+            "prompt_variant": cfg.prompt_variant, "source": cfg.source, "source_sha256": source_sha256(examples)}
+
+
 def _stats(cfg: AdaptDataConfig, examples: Sequence[QAExample], rows: list[dict[str, str]],
            answers: dict[str, str], judge: Judge, dsd: DatasetDict) -> dict[str, Any]:
     kinds = Counter(r["kind"] for r in rows)
@@ -200,25 +272,38 @@ def _stats(cfg: AdaptDataConfig, examples: Sequence[QAExample], rows: list[dict[
         c = groups.setdefault(str(ex.metadata.get("kind", "all")), Counter())
         c["questions"] += 1
         c["correct"] += int(judge(answers[ex.id], ex.answers))
-    return {"questions": len(examples), "correct": kinds["parametric_answer"],
+    return {**_common_stats(cfg, examples, rows, dsd), "correct": kinds["parametric_answer"],
             "closed_book_accuracy": kinds["parametric_answer"] / len(examples),
             "parametric_answer_instances": kinds["parametric_answer"], "ret_instances": kinds["parametric_ret"],
-            "context_instances": kinds["context"], "instances": len(rows),
-            "train_instances": len(dsd["train"]), "validation_instances": len(dsd["validation"]),
-            "by_group": {k: dict(v) for k, v in sorted(groups.items())}, "judge": cfg.judge,
-            "judge_normalize": cfg.judge_normalize, "base_model": cfg.base_model,
-            "prompt_variant": cfg.prompt_variant, "parametric_target": cfg.parametric_target, "source": cfg.source,
-            "source_sha256": source_sha256(examples)}
+            "context_instances": kinds["context"], "by_group": {k: dict(v) for k, v in sorted(groups.items())},
+            "judge": cfg.judge, "judge_normalize": cfg.judge_normalize, "parametric_target": cfg.parametric_target}
+
+
+def _baseline_stats(cfg: AdaptDataConfig, examples: Sequence[QAExample], rows: list[dict[str, str]],
+                    dsd: DatasetDict) -> dict[str, Any]:
+    kinds = Counter(r["kind"] for r in rows)
+    return {**_common_stats(cfg, examples, rows, dsd), "never_retrieve_instances": kinds["never_retrieve"],
+            "context_instances": kinds["context"]}
+
+
+def check_data_dir_mode(data_dir: str | Path, mode: str) -> None:
+    """One data_dir holds one mode's dataset: refuse to overwrite another's (a model trained from it would then
+    be resumed on the wrong instances)."""
+    stats_path = Path(data_dir) / "stats.json"
+    if not stats_path.is_file():
+        return
+    saved = json.loads(stats_path.read_text(encoding="utf-8")).get("mode", "adapt")
+    if saved != mode:
+        raise DataError(f"holds the mode '{saved}' dataset, not '{mode}'; give each mode its own data_dir "
+                        "(and output_dir)", source=str(data_dir))
 
 
 def save_dataset(dsd: DatasetDict, out: Path) -> None:
-    """Write to a temporary folder first: an interrupted save never leaves half a dataset behind. Empty splits
-    are left out (datasets 5 cannot load an empty split back); :func:`load_adapt_dataset` restores them."""
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    DatasetDict({name: ds for name, ds in dsd.items() if len(ds)}).save_to_disk(str(tmp))
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    """Publish the dataset only when complete (:func:`atomic_folder`): an interrupted save never leaves half a
+    dataset behind. Empty splits are left out (datasets 5 cannot load an empty split back);
+    :func:`load_adapt_dataset` restores them."""
+    with atomic_folder(out) as tmp, library_bars_quiet():
+        DatasetDict({name: ds for name, ds in dsd.items() if len(ds)}).save_to_disk(str(tmp))
 
 
 def load_adapt_dataset(data_dir: str | Path) -> DatasetDict:
@@ -242,23 +327,42 @@ def build_adapt_dataset(cfg: AdaptDataConfig, answer_fn: ClosedBookFn | None = N
     ``answer_fn`` (closed-book answers for a batch) and ``judge`` default to the base model and ``cfg.judge``;
     tests pass stubs.
     """
+    out = Path(cfg.data_dir)
+    check_data_dir_mode(out, cfg.mode)
+    examples = load_source(cfg)
+    with FolderLock(out):  # one builder per data_dir: two would ask every question twice
+        return _build_locked(cfg, out, examples, answer_fn, judge, show_progress)
+
+
+def _build_locked(cfg: AdaptDataConfig, out: Path, examples: list[QAExample], answer_fn: ClosedBookFn | None,
+                  judge: Judge | None, show_progress: bool) -> DatasetDict:
     from inference.config import save_config
 
-    out = Path(cfg.data_dir)
-    examples = load_source(cfg)
-    answer_fn = answer_fn or model_closed_book_fn(cfg.base_model, cfg.prompt_variant, cfg.closed_book_max_new_tokens,
-                                                  cfg.closed_book_batch_size, cfg.closed_book_dtype)
-    judge = judge or make_judge(cfg.judge, cfg.judge_normalize)
-    answers = answer_closed_book(examples, answer_fn, out / "closed_book.jsonl", cfg.labeller(),
-                                 cfg.closed_book_batch_size, show_progress)
-    rows = algorithm1(examples, answers, judge, cfg.prompt_variant, cfg.max_passage_words, cfg.parametric_target)
+    if cfg.mode == "adapt":
+        answer_fn = answer_fn or model_closed_book_fn(cfg.base_model, cfg.prompt_variant,
+                                                      cfg.closed_book_max_new_tokens, cfg.closed_book_batch_size,
+                                                      cfg.closed_book_dtype)
+        judge = judge or make_judge(cfg.judge, cfg.judge_normalize)
+        answers = answer_closed_book(examples, answer_fn, out / "closed_book.jsonl", cfg.labeller(),
+                                     cfg.closed_book_batch_size, show_progress)
+        rows = algorithm1(examples, answers, judge, cfg.prompt_variant, cfg.max_passage_words, cfg.parametric_target)
+    else:  # the baselines need no closed-book pass
+        rows = baseline_rows(examples, cfg.mode, cfg.prompt_variant, cfg.max_passage_words)
     dsd = split_rows(rows, cfg.validation_fraction, cfg.data_seed)
     check_schema(dsd)
     save_dataset(dsd, out / "dataset")
-    stats = _stats(cfg, examples, rows, answers, judge, dsd)
-    (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
+    if cfg.mode == "adapt":
+        stats = _stats(cfg, examples, rows, answers, judge, dsd)
+    else:
+        stats = _baseline_stats(cfg, examples, rows, dsd)
+    write_text_atomic(out / "stats.json", json.dumps(stats, indent=2) + "\n")
     save_config(out / "config.yaml", cfg)
-    logger.info("Algorithm 1: %s", {k: v for k, v in stats.items() if k != "by_group"})
+    write_dataset_card(out, stats, cfg)
+    logger.info("%s data: %s", cfg.mode, {k: v for k, v in stats.items() if k != "by_group"})
+    if stats["passages_recentred"]:
+        logger.info("%d of %d context instances had a passage cut; %d kept a window around the answer that the "
+                    "first %s words would have lost", stats["passages_cut"], stats["context_instances"],
+                    stats["passages_recentred"], cfg.max_passage_words)
     return dsd
 
 
@@ -268,9 +372,15 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     (cfg,) = parse_config((AdaptDataConfig,), argv, prog="python -m data_builders.adapt_llm")
     dsd = build_adapt_dataset(cfg)
+    if cfg.push_dataset_to_hub:
+        push_to_hub(cfg.data_dir, cfg.push_dataset_to_hub, repo_type="dataset")
     stats = json.loads((Path(cfg.data_dir) / "stats.json").read_text())
-    print(f"{stats['questions']} questions, {stats['correct']} answered correctly closed-book; "
-          f"{stats['ret_instances']} <RET> and {stats['context_instances']} context instances; "
+    if cfg.mode == "adapt":
+        summary = (f"{stats['questions']} questions, {stats['correct']} answered correctly closed-book; "
+                   f"{stats['ret_instances']} <RET> and {stats['context_instances']} context instances")
+    else:
+        summary = f"mode {cfg.mode}: {stats['questions']} questions, {stats['instances']} instances"
+    print(f"{summary}; {stats['passages_cut']} passages cut ({stats['passages_recentred']} around the answer); "
           f"train {len(dsd['train'])}, validation {len(dsd['validation'])} -> {cfg.data_dir}")
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -60,6 +61,49 @@ def passage_text(passage: Passage | str, max_words: int | None = None) -> str:
         if len(words) > max_words:
             text = " ".join(words[:max_words])
     return text
+
+
+@dataclass(frozen=True)
+class PassageCut:
+    """A training passage after :func:`answer_window`."""
+
+    text: str
+    cut: bool  # it was longer than max_words, so words were left out
+    recentred: bool  # its first max_words words would have lost the answer: the window moved to the answer
+
+
+def _first_answer(lowered: str, answers: Sequence[str]) -> tuple[int, int] | None:
+    """(start, length) of the earliest occurrence in ``lowered`` of the target (``answers[0]``), or, when the
+    passage lacks it, of any alias; None when it holds none."""
+    normalised = [" ".join(a.split()).lower() for a in answers]
+    for group in (normalised[:1], normalised[1:]):
+        spots = [(lowered.find(a), -len(a)) for a in group if a and a in lowered]
+        if spots:
+            start, neg_length = min(spots)
+            return start, -neg_length
+    return None
+
+
+def answer_window(passage: Passage | str, max_words: int | None, answers: Sequence[str]) -> PassageCut:
+    """Cut a training passage to ``max_words`` words without cutting its answer away: the first words, as
+    :func:`passage_text` cuts, unless the answer lies beyond them; then a window of ``max_words`` words centred on
+    the answer's first occurrence (case-insensitive). Inference cuts retrieved passages plainly: it knows no answer.
+    """
+    text = passage_text(passage)
+    words = text.split(" ")
+    if max_words is None or len(words) <= max_words:
+        return PassageCut(text, cut=False, recentred=False)
+    head = " ".join(words[:max_words])
+    lowered = text.lower()
+    found = _first_answer(lowered, answers)
+    if found is None or found[0] + found[1] <= len(head):
+        return PassageCut(head, cut=True, recentred=False)
+    start, length = found
+    first_word = lowered[:start].count(" ")
+    last_word = lowered[:start + length - 1].count(" ")
+    slack = max(0, max_words - (last_word - first_word + 1))
+    begin = min(max(0, first_word - slack // 2), len(words) - max_words)
+    return PassageCut(" ".join(words[begin:begin + max_words]), cut=True, recentred=True)
 
 
 def parametric_prompt(question: str, variant: PromptVariant = "paper") -> str:

@@ -178,7 +178,7 @@ def test_torn_last_line_is_dropped_and_labeller_checked(tmp_path):
     with pytest.raises(DataError, match="written by"):
         adapt_closed_book.read_answers(path, {**who, "model": "other"})
     path.write_text('{"broken\n' + json.dumps({"id": "q0", "answer": "a", "labeller": who}) + "\n")
-    with pytest.raises(DataError, match="malformed closed-book record"):
+    with pytest.raises(DataError, match=r"line 1: not a JSON record"):  # the shared RecordLog's message
         adapt_closed_book.read_answers(path, who)
 
 
@@ -246,3 +246,87 @@ def test_file_source_first_or_seeded_sample(tmp_path):
         ex.id for ex in load_source(_cfg(tmp_path, source, source_limit=3, source_shuffle=True))]
     everything = load_source(_cfg(tmp_path, source, source_shuffle=True))
     assert sorted(ex.id for ex in everything) == sorted(ex.id for ex in _examples(5))
+
+
+class NoModel:
+    """A closed-book generator that must never be asked (the nr and ar baselines need no closed-book pass)."""
+
+    def __call__(self, batch):
+        raise AssertionError(f"asked {len(batch)} questions closed-book")
+
+
+@pytest.mark.parametrize("mode", ["nr", "ar"])
+def test_baseline_modes_build_one_gold_instance_per_question(tmp_path, mode):
+    """The paper's NR-LLM and AR-LLM training sets from the same source, checked by hand on three questions."""
+    examples = _examples(3)
+    cfg = _cfg(tmp_path, _write_source(tmp_path, examples), validation_fraction=0.0, mode=mode)
+    dsd = build_adapt_dataset(cfg, answer_fn=NoModel(), show_progress=False)
+    got = sorted(zip(dsd["train"]["question_id"], dsd["train"]["kind"], dsd["train"]["prompt"],
+                     dsd["train"]["completion"]))
+    if mode == "nr":
+        assert [(q, k, c) for q, k, _, c in got] == [("q0", "never_retrieve", "Founder 0"),
+                                                      ("q1", "never_retrieve", "Founder 1"),
+                                                      ("q2", "never_retrieve", "Founder 2")]
+        assert got[1][2] == HEAD + "Answer the question Q.\n\n### Input:\nQ: Who founded Org1?\n\n### Response:\n"
+    else:
+        assert [(q, k, c) for q, k, _, c in got] == [("q0", "context", "Founder 0"), ("q1", "context", "Founder 1"),
+                                                      ("q2", "context", "Founder 2")]
+        assert got[2][2] == (HEAD + "Answer the question Q given the context C.\n\n### Input:\nQ: Who founded Org2?\n"
+                             "C: Org2 was founded by Founder 2.\n\n### Response:\n")
+    assert not (tmp_path / "data" / "closed_book.jsonl").exists()
+    stats = json.loads((tmp_path / "data" / "stats.json").read_text())
+    assert (stats["mode"], stats["questions"], stats["instances"]) == (mode, 3, 3)
+    assert stats["context_instances"] == (3 if mode == "ar" else 0)
+    assert yaml.safe_load((tmp_path / "data" / "config.yaml").read_text())["mode"] == mode
+    with pytest.raises(DataError, match=f"holds the mode '{mode}' dataset, not 'adapt'"):  # one mode per data_dir
+        build_adapt_dataset(_cfg(tmp_path, Path(cfg.source)), answer_fn=CountingAnswers(), show_progress=False)
+
+
+def test_mode_is_checked():
+    from inference.config import parse_config
+
+    assert parse_config((AdaptDataConfig,), [])[0].mode == "adapt"
+    with pytest.raises((ConfigError, SystemExit)):
+        parse_config((AdaptDataConfig,), ["--mode", "sometimes"])
+    with pytest.raises(ValueError, match="mode must be one of adapt, nr, ar"):
+        AdaptDataConfig(mode="sometimes")
+
+
+def _long_passage(answer_at: int, n: int = 300, answer: str = "Zanzibar") -> str:
+    return " ".join(answer if i == answer_at else f"w{i}" for i in range(n))
+
+
+def test_answer_window_keeps_an_answer_beyond_the_first_words():
+    from data_builders.adapt_prompts import answer_window
+
+    # answer at word 150 of 300, 100 words kept: centred, 49 words before it and 50 after (slack 99 // 2)
+    cut = answer_window(_long_passage(150), 100, ["zanzibar"])
+    words = cut.text.split(" ")
+    assert (cut.cut, cut.recentred, len(words)) == (True, True, 100)
+    assert words[0] == "w101" and words[49] == "Zanzibar" and words[-1] == "w200"
+    near_end = answer_window(_long_passage(295), 100, ["Zanzibar"]).text.split(" ")  # window stops at the end
+    assert near_end[0] == "w200" and near_end[-1] == "w299" and "Zanzibar" in near_end
+    early = answer_window(_long_passage(40), 100, ["Zanzibar"])  # inside the first 100 words: a plain cut
+    assert (early.cut, early.recentred) == (True, False) and early.text.split(" ")[-1] == "w99"
+    missing = answer_window(_long_passage(150), 100, ["Atlantis"])
+    assert (missing.recentred, missing.text.split(" ")[-1]) == (False, "w99")
+    alias = answer_window(_long_passage(150), 100, ["Atlantis", "ZANZIBAR"])  # target absent: an alias counts
+    assert alias.recentred and "Zanzibar" in alias.text
+    two_words = answer_window(_long_passage(150, answer="Zanzibar City"), 100, ["Zanzibar City"]).text.split(" ")
+    assert two_words[0] == "w101" and two_words[49:51] == ["Zanzibar", "City"]  # span 2: slack 98, 49 before
+    short = answer_window("a b c", 100, ["b"])
+    assert (short.text, short.cut, short.recentred) == ("a b c", False, False)
+
+
+def test_algorithm1_context_keeps_the_answer_and_stats_count_the_cuts(tmp_path):
+    examples = [QAExample(id=f"q{i}", question=f"Where is Org{i}?", answers=["Zanzibar"],
+                          gold_passages=[Passage(f"p{i}", f"Org{i}", _long_passage(at))])
+                for i, at in enumerate((150, 40, 10))]
+    examples[2].gold_passages[0] = Passage("p2", "Org2", "Org2 is in Zanzibar.")  # short: never cut
+    cfg = _cfg(tmp_path, _write_source(tmp_path, examples), validation_fraction=0.0, max_passage_words=100)
+    dsd = build_adapt_dataset(cfg, answer_fn=lambda batch: ["no idea"] * len(batch), show_progress=False)
+    contexts = [p for p, k in zip(dsd["train"]["prompt"], dsd["train"]["kind"]) if k == "context"]
+    assert len(contexts) == 3 and all("Zanzibar" in p for p in contexts)  # a head cut would lose q0's answer
+    stats = json.loads((tmp_path / "data" / "stats.json").read_text())
+    assert (stats["passages_cut"], stats["passages_recentred"], stats["answer_not_in_passages"]) == (2, 1, 0)
+    assert stats["mode"] == "adapt" and stats["max_passage_words"] == 100

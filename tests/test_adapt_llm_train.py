@@ -1,6 +1,7 @@
 """ADAPT-LLM fine-tuning on a tiny random Llama with SmolLM2's tokenizer: <RET> is one added token whose
-embedding and output rows really train, the batch arithmetic, checkpoints, the adapter check, the configs,
-and the training script from a temporary YAML."""
+embedding and output rows really train (tied and untied), the batch arithmetic, checkpoints and resuming, the
+whole-run results, the adapter check, training ids from inference's prompt_ids, the configs, and the training
+script from a temporary YAML."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from datasets import Dataset, DatasetDict
 
-from data_builders.adapt_llm import AdaptDataConfig, build_adapt_dataset
+from data_builders.adapt_llm import COLUMNS, AdaptDataConfig, build_adapt_dataset
+from data_builders.adapt_prompts import parametric_prompt
 from data_builders.schema import Passage, QAExample
 from inference.config import ConfigError, parse_config, run_cli
 from inference.models import load_tokenizer
@@ -29,24 +32,39 @@ from training.adapt_llm_lib import (
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _tiny_model(vocab_size: int):
+def _tiny_model(vocab_size: int, tied: bool = True):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True, bos_token_id=1,
+                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=tied, bos_token_id=1,
                       eos_token_id=2, pad_token_id=2, max_position_embeddings=512)
     return LlamaForCausalLM(cfg)
+
+
+def _save_tiny(out: Path, tied: bool = True, tokenizer=None) -> Path:
+    tokenizer = tokenizer or load_tokenizer("smollm2-135m")
+    _tiny_model(len(tokenizer), tied).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
 
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> Path:
     """A tiny random Llama saved with SmolLM2's (local) tokenizer: loadable by name like any model folder."""
-    out = tmp_path_factory.mktemp("tiny")
-    tokenizer = load_tokenizer("smollm2-135m")
-    _tiny_model(len(tokenizer)).save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    return _save_tiny(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def untied_dir(tmp_path_factory) -> Path:
+    """The same with its own LM head matrix, as Llama-2 and Mistral have."""
+    return _save_tiny(tmp_path_factory.mktemp("untied"), tied=False)
+
+
+def _dataset(prompts: list[str], completions: list[str], kind: str = "parametric_ret") -> DatasetDict:
+    rows = {"prompt": prompts, "completion": completions, "kind": [kind] * len(prompts),
+            "question_id": [f"q{i}" for i in range(len(prompts))]}
+    return DatasetDict({"train": Dataset.from_dict(rows), "validation": Dataset.from_dict({c: [] for c in COLUMNS})})
 
 
 def _examples(n: int) -> list[QAExample]:
@@ -187,8 +205,10 @@ def test_quantized_loading_refused_without_cuda(tiny_dir, data, tmp_path):
 
 def test_resolve_checkpoint(tmp_path):
     assert resolve_checkpoint("auto", str(tmp_path / "none")) is None
-    (tmp_path / "checkpoint-3").mkdir()
-    (tmp_path / "checkpoint-12").mkdir()
+    for step in (3, 12):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+        (tmp_path / f"checkpoint-{step}" / "adapter_model.safetensors").write_bytes(b"x")
     assert resolve_checkpoint("auto", str(tmp_path)).endswith("checkpoint-12")
     assert resolve_checkpoint("never", str(tmp_path)) is None
     with pytest.raises(FileNotFoundError, match="no checkpoint folder"):
@@ -213,7 +233,7 @@ def test_wandb_only_when_asked_and_never_prompting(monkeypatch, tmp_path):
 def test_bad_train_config_fails(override, message):
     with pytest.raises(ConfigError, match=message):
         parse_config((AdaptTrainConfig,), override)
-    with pytest.raises(SystemExit):  # argparse rejects a name outside the Literal
+    with pytest.raises(ConfigError, match="invalid choice"):  # argparse rejects a name outside the Literal
         parse_config((AdaptTrainConfig,), ["--ret_token_training", "everything"])
 
 
@@ -253,3 +273,119 @@ def test_script_runs_from_a_temporary_yaml(tiny_dir, data, tmp_path, capsys):
     assert "NR (never retrieve)" in out and "AR (always retrieve)" in out and "ADAPT-LLM (token)" in out
     assert len((tmp_path / "model" / "eval" / "records.jsonl").read_text().splitlines()) == 3
     assert json.loads((tmp_path / "model" / "timings.json").read_text())["total_s"] > 0
+
+
+def test_untied_model_trains_both_ret_rows_and_emits_ret_after_reload(untied_dir, tmp_path):
+    """Llama-2 and Mistral keep a separate LM head: its <RET> row must train too, be saved and come back on
+    reload, or greedy decoding never emits <RET>. All-<RET> targets, then inference's greedy path from disk."""
+    from safetensors import safe_open
+
+    from inference.generation import generate_texts
+    from inference.models import load_causal_lm
+
+    prompts = [parametric_prompt(f"Where is Town{i}?") for i in range(8)]
+    data_cfg = AdaptDataConfig(data_dir=str(tmp_path / "data"), base_model=str(untied_dir))
+    out = tmp_path / "model"
+    train_adapt(data_cfg, _train_cfg(out, max_steps=8, micro_batch_size=8, effective_batch_size=8,
+                                     ret_token_learning_rate=0.3, save_steps=100), _dataset(prompts, ["<RET>"] * 8))
+    with safe_open(str(out / "adapter_model.safetensors"), framework="pt") as f:
+        rows = [k for k in f.keys() if "trainable_tokens_delta" in k]
+    assert sorted(k.split(".token_adapter")[0].rsplit(".", 1)[-1] for k in rows) == ["embed_tokens", "lm_head"]
+    model, tokenizer = load_causal_lm(str(out))
+    ret_id = tokenizer.convert_tokens_to_ids("<RET>")
+    head_row = model.get_output_embeddings().weight[ret_id]
+    assert not torch.allclose(head_row, model.get_input_embeddings().weight[ret_id])  # untied: two distinct rows
+    gens = generate_texts(model, tokenizer, prompts[:3] + [parametric_prompt("Who wrote Hamlet?")],
+                          max_new_tokens=1, watch_tokens=("<RET>",))
+    assert [g.text for g in gens] == ["<RET>"] * 4
+    assert all(g.first_token_probs["<RET>"] > 0.5 for g in gens)
+
+
+def test_check_adapter_wants_the_head_row_on_an_untied_model(tiny_dir, untied_dir, data, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from training.adapt_llm_lib import lora_config, ret_token_modules
+
+    assert ret_token_modules(_tiny_model(8, tied=True)) == ("embed_tokens",)
+    assert ret_token_modules(_tiny_model(8, tied=False)) == ("embed_tokens", "lm_head")
+    untied = lora_config(_train_cfg(tmp_path), 7, tied=False)
+    assert untied.trainable_token_indices == {"embed_tokens": [7], "lm_head": [7]}
+    assert lora_config(_train_cfg(tmp_path), 7, tied=True).trainable_token_indices == {"embed_tokens": [7]}
+    data_cfg, dsd = data
+    out = tmp_path / "untied"
+    metrics = train_adapt(AdaptDataConfig(**{**data_cfg.__dict__, "base_model": str(untied_dir)}),
+                          _train_cfg(out), dsd)
+    assert metrics["adapter"]["tensors"] > 0
+    cfg = _train_cfg(out)
+    tensors = load_file(str(out / "adapter_model.safetensors"))
+    save_file({k: v for k, v in tensors.items() if "lm_head" not in k}, str(out / "adapter_model.safetensors"))
+    check_adapter(out, cfg)  # a tied model needs only the embedding's row
+    with pytest.raises(RuntimeError, match="lacks the <RET> row of lm_head"):
+        check_adapter(out, cfg, ("embed_tokens", "lm_head"))
+
+
+def _bos_tokenizer():
+    """SmolLM2's tokenizer made to put BOS before plain text, as Llama-2's and Mistral's do."""
+    from tokenizers.processors import TemplateProcessing
+
+    tokenizer = load_tokenizer("smollm2-135m")
+    bos = tokenizer.bos_token
+    tokenizer._tokenizer.post_processor = TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tokenizer.bos_token_id)])
+    return tokenizer
+
+
+def test_training_ids_are_inference_prompt_ids(tmp_path, monkeypatch):
+    """A BOS-adding tokenizer: the trainer sees prompt_ids(prompt) + completion + EOS, one BOS even when the prompt
+    already starts with it (as a chat template writes it); trl alone would put two there."""
+    import trl
+
+    from inference.tokenization import prompt_ids
+
+    tokenizer = _bos_tokenizer()
+    base = _save_tiny(tmp_path / "bos-model", tokenizer=tokenizer)
+    seen = {}
+    original = trl.SFTTrainer.train
+
+    def capture(self, *args, **kwargs):
+        seen["train"] = self.train_dataset
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(trl.SFTTrainer, "train", capture)
+    bos = tokenizer.bos_token
+    prompts = [parametric_prompt("Where is Town1?"), bos + parametric_prompt("Where is Town2?")]
+    data_cfg = AdaptDataConfig(data_dir=str(tmp_path / "data"), base_model=str(base))
+    train_adapt(data_cfg, _train_cfg(tmp_path / "model", micro_batch_size=2, effective_batch_size=2),
+                _dataset(prompts, ["Land1", "<RET>"]))
+    trained = load_tokenizer(str(tmp_path / "model"))
+    ret_id, eos = trained.convert_tokens_to_ids("<RET>"), trained.eos_token_id
+    land = trained("Land1", add_special_tokens=False)["input_ids"]
+    rows = {tuple(ids): labels for ids, labels in zip(seen["train"]["input_ids"], seen["train"]["labels"])}
+    expected = [prompt_ids(trained, prompts[0]) + land + [eos], prompt_ids(trained, prompts[1]) + [ret_id, eos]]
+    assert sorted(rows) == sorted(tuple(e) for e in expected)
+    for ids in expected:
+        assert ids[:2] == [trained.bos_token_id, ids[1]] and ids[1] != trained.bos_token_id  # exactly one BOS
+        n_prompt = len(ids) - (2 if ids[-2] == ret_id else len(land) + 1)  # the prompt itself names <RET>
+        assert rows[tuple(ids)] == [-100] * n_prompt + ids[n_prompt:]  # loss on the completion and EOS only
+
+
+def test_resumed_run_reports_the_whole_run(tiny_dir, data, tmp_path):
+    """Interrupted after 2 steps (max_steps), resumed to 4: train_results.json covers all 4 steps and both
+    sessions, with the session's own figures under session_* keys."""
+    from training.adapt_llm_checkpoints import SESSIONS_FILE
+
+    data_cfg, dsd = data
+    out = tmp_path / "model"
+    first = train_adapt(data_cfg, _train_cfg(out, max_steps=2, save_steps=2), dsd)
+    assert first["sessions"] == 1 and first["global_step"] == 2 and first["mode"] == "adapt"
+    assert json.loads((out / "checkpoint-2" / SESSIONS_FILE).read_text())["session_runtimes"][0] > 0
+    second = train_adapt(data_cfg, _train_cfg(out, max_steps=4, save_steps=2), dsd)
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    losses = [e["loss"] for e in state["log_history"] if "loss" in e]
+    assert len(losses) == 4 and second["train_loss_logged_steps"] == 4
+    assert second["train_loss"] == pytest.approx(sum(losses) / 4)
+    assert second["session_train_loss"] == pytest.approx(sum(losses[2:]) / 2, rel=1e-3)
+    assert second["sessions"] == 2 and len(second["session_runtimes"]) == 2
+    assert second["session_runtimes"][1] == pytest.approx(second["session_train_runtime"], abs=1e-3)
+    assert second["train_runtime"] == pytest.approx(sum(second["session_runtimes"]), abs=1e-3)
+    assert json.loads((out / "train_results.json").read_text())["train_loss"] == second["train_loss"]

@@ -17,6 +17,10 @@ micro-batch 32, 3 epochs, lr 3e-4, LoRA r 8 / alpha 16 / dropout 0.05 on q_proj,
 single-hop and common-knowledge questions, a held-out fifth never trained on), the embedded SmolLM2-135M,
 on CPU, sized to take about ten minutes on two cores; the YAML's comments say where it departs from the paper.
 
+``--mode nr`` / ``--mode ar`` train the paper's baselines instead (NR-LLM: the closed-book prompt -> gold answer;
+AR-LLM: the gold passage in the context prompt -> gold answer), same recipe, each into its own ``data_dir`` and
+``output_dir``; their held-out table's NR (resp. AR) row is the trained baseline.
+
 Stages, each resumable: (1) Algorithm 1 into ``data_dir`` (closed-book answers already in
 ``closed_book.jsonl`` are not asked again); (2) fine-tuning into ``output_dir`` (resumes from its last
 checkpoint; writes adapter, tokenizer, ``config.yaml``, ``data_stats.json``, ``train_results.json``);
@@ -31,6 +35,8 @@ import logging
 import sys
 import time
 from pathlib import Path
+
+import yaml
 
 if __package__ in (None, ""):  # run as a file: make the repository root importable without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -55,6 +61,10 @@ def build_data(data_cfg: AdaptDataConfig, state):
 
     if state.is_main_process:
         build_adapt_dataset(data_cfg)
+        if data_cfg.push_dataset_to_hub:
+            from data_builders.artifact_cards import push_to_hub
+
+            push_to_hub(data_cfg.data_dir, data_cfg.push_dataset_to_hub, repo_type="dataset")
     state.wait_for_everyone()
     return load_adapt_dataset(data_cfg.data_dir)
 
@@ -90,11 +100,23 @@ def main(argv: list[str] | None = None) -> None:
         result = evaluate(data_cfg, train_cfg, eval_cfg)
         timings["eval_s"] = time.time() - t
         print("\nHeld-out questions (accuracy = any gold answer contained, %):\n" + result["table"])
+        if data_cfg.mode != "adapt":
+            print(f"\nThis model was trained as the paper's {data_cfg.mode.upper()}-LLM: its "
+                  f"{'NR' if data_cfg.mode == 'nr' else 'AR'} row is the baseline to compare with ADAPT-LLM.")
         print("\nThreshold rule on p(<RET> first), re-decided offline:\n" + result["sweep_table"])
+        from data_builders.artifact_cards import write_adapter_card
+
+        out = Path(train_cfg.output_dir)
+        write_adapter_card(out, yaml.safe_load((out / "config.yaml").read_text()),
+                           {**metrics, "held_out": result["summaries"]}, repo_id=train_cfg.push_to_hub)
     timings["total_s"] = time.time() - start
     if state.is_main_process:
         (Path(train_cfg.output_dir) / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
         print("\nwall time: " + ", ".join(f"{k[:-2]} {v:.0f}s" for k, v in timings.items()))
+        if train_cfg.push_to_hub:
+            from data_builders.artifact_cards import push_to_hub
+
+            print("pushed to " + str(push_to_hub(train_cfg.output_dir, train_cfg.push_to_hub, repo_type="model")))
 
 
 if __name__ == "__main__":

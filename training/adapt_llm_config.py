@@ -53,6 +53,7 @@ class AdaptTrainConfig:
     merge_adapter: bool = False  # also write output_dir/merged: base + adapter as one model
     train_seed: int = 42
     max_steps: int = -1  # > 0 stops after this many optimizer steps (smoke tests)
+    push_to_hub: str | None = None  # Hub model repo ORG/NAME: upload the adapter (with its card) after training
 
     def __post_init__(self) -> None:
         positive = ("micro_batch_size", "effective_batch_size", "learning_rate", "max_length", "lora_r",
@@ -80,6 +81,10 @@ class AdaptTrainConfig:
             raise ValueError(f"ret_token_learning_rate must be > 0 or null, got {self.ret_token_learning_rate}")
         if self.eval_steps is not None and self.eval_steps <= 0:
             raise ValueError(f"eval_steps must be > 0 or null, got {self.eval_steps}")
+        if self.push_to_hub is not None:
+            from data_builders.artifact_cards import check_repo_id
+
+            check_repo_id(self.push_to_hub)
 
 
 @dataclass

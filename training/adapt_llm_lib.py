@@ -8,6 +8,11 @@ a fused LM head that reads ``lm_head.bias``, which peft's ``TrainableTokensWrapp
 training failed with ``AttributeError``; :func:`expose_lm_head_bias` gives the wrapper the ``bias`` its
 wrapped layer has (``None`` for Llama's bias-free head), and then it trains.
 ``ret_token_training="modules_to_save"`` (whole embedding and LM head) remains the fallback.
+
+On an untied model (Llama-2, Mistral) the LM head has its own ``<RET>`` row, drawn around the mean of the others
+by the resize; it must train as well, or greedy decoding never emits ``<RET>``: its row is a second trainable token
+(:func:`ret_token_modules`), saved in the adapter next to the embedding's and checked by :func:`check_adapter`.
+Instances reach trl already tokenized (``training/adapt_llm_tokens.py``), with the prompt ids inference uses.
 """
 
 from __future__ import annotations
@@ -17,16 +22,30 @@ import logging
 import math
 import os
 import shutil
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from datasets import DatasetDict
 
 from data_builders.adapt_llm import AdaptDataConfig
 from data_builders.adapt_prompts import RET_TOKEN
+from data_builders.artifact_cards import write_adapter_card
+from data_builders.record_log import FolderLock
+from training.adapt_llm_checkpoints import (  # noqa: F401  (RESUME_KEYS: re-exported)
+    RESUME_KEYS,
+    SessionClock,
+    check_resumable,
+    checkpoint_step,
+    previous_runtimes,
+    resolve_checkpoint,
+    whole_run_results,
+)
 from training.adapt_llm_config import AdaptTrainConfig
+from training.adapt_llm_tokens import tokenize_split
 
 logger = logging.getLogger(__name__)
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -55,14 +74,35 @@ def gradient_accumulation(effective_batch: int, micro_batch: int, processes: int
     return steps
 
 
-def lora_config(cfg: AdaptTrainConfig, ret_id: int, tied: bool = True):
+def is_tied(model: Any) -> bool:
+    """Whether the LM head shares the input embedding matrix (SmolLM2, Llama-3.2; not Llama-2 or Mistral)."""
+    return bool(getattr(model.config.get_text_config(), "tie_word_embeddings", False))
+
+
+def embedding_names(model: Any) -> tuple[str, str]:
+    """The input embedding's and the LM head's module names as peft matches them (the end of the full name:
+    ``embed_tokens``, ``lm_head``)."""
+    names = {id(module): name.rsplit(".", 1)[-1] for name, module in model.named_modules()}
+    return names[id(model.get_input_embeddings())], names.get(id(model.get_output_embeddings()), "lm_head")
+
+
+def ret_token_modules(model: Any) -> tuple[str, ...]:
+    """The modules whose ``<RET>`` row must train: the input embedding, and the LM head when it is untied."""
+    embedding, head = embedding_names(model)
+    return (embedding,) if is_tied(model) else (embedding, head)
+
+
+def lora_config(cfg: AdaptTrainConfig, ret_id: int, tied: bool = True,
+                modules: tuple[str, str] = ("embed_tokens", "lm_head")):
+    """LoRA on the target modules plus the ``<RET>`` rows: of the embedding (``modules[0]``) and, untied, of the
+    LM head (``modules[1]``); on a tied model peft ties the head's row to the embedding's by itself."""
     from peft import LoraConfig
 
-    # On a tied model peft ties the <RET> row of the LM head to the embedding's for trainable tokens by itself;
-    # whole saved modules need ensure_weight_tying, or the two copies drift apart.
-    extra: dict[str, Any] = {"trainable_token_indices": {"embed_tokens": [ret_id]}}
+    rows = modules[:1] if tied else modules
+    extra: dict[str, Any] = {"trainable_token_indices": {name: [ret_id] for name in rows}}
     if cfg.ret_token_training == "modules_to_save":
-        extra = {"modules_to_save": ["embed_tokens", "lm_head"], "ensure_weight_tying": tied}
+        # whole saved modules need ensure_weight_tying on a tied model, or the two copies drift apart
+        extra = {"modules_to_save": list(modules), "ensure_weight_tying": tied}
     return LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                       target_modules=list(cfg.lora_target_modules), bias="none", task_type="CAUSAL_LM", **extra)
 
@@ -87,8 +127,7 @@ def build_peft_model(model: Any, cfg: AdaptTrainConfig, ret_id: int, base_name: 
 
     if cfg.load_in_4bit or cfg.load_in_8bit:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
-    tied = bool(getattr(model.config.get_text_config(), "tie_word_embeddings", False))
-    peft_model = get_peft_model(model, lora_config(cfg, ret_id, tied))
+    peft_model = get_peft_model(model, lora_config(cfg, ret_id, is_tied(model), embedding_names(model)))
     peft_model.peft_config["default"].base_model_name_or_path = base_name
     expose_lm_head_bias(peft_model)
     return peft_model
@@ -139,42 +178,6 @@ def sft_config(cfg: AdaptTrainConfig, processes: int, has_eval: bool):
     )
 
 
-def resolve_checkpoint(setting: str, output_dir: str) -> str | None:
-    """``auto``: the last ``checkpoint-*`` in ``output_dir`` (None when there is none); ``never``; or a path."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    if setting == "never":
-        return None
-    if setting == "auto":
-        return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
-    if not Path(setting).is_dir():
-        raise FileNotFoundError(f"resume_from_checkpoint: no checkpoint folder {setting}")
-    return setting
-
-
-# Fields that must match for a checkpoint to be continued (others, e.g. max_steps or logging, may change).
-RESUME_KEYS = ("base_model", "data_dir", "source_sha256", "micro_batch_size", "effective_batch_size", "learning_rate",
-               "ret_token_learning_rate", "max_length", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
-               "ret_token_training", "load_in_4bit", "load_in_8bit")
-
-
-def check_resumable(output_dir: str | Path, current: dict[str, Any]) -> None:
-    """Refuse to continue checkpoints that were written with another recipe (``config.yaml`` in output_dir)."""
-    import yaml
-
-    from inference.config import ConfigError
-
-    saved_path = Path(output_dir) / "config.yaml"
-    if not saved_path.is_file():
-        return
-    saved = yaml.safe_load(saved_path.read_text()) or {}
-    diff = [k for k in RESUME_KEYS if k in saved and k in current and saved[k] != current[k]]
-    if diff:
-        raise ConfigError(f"{output_dir} holds checkpoints trained with other {', '.join(diff)} "
-                         f"(e.g. {diff[0]}: {saved[diff[0]]!r} vs {current[diff[0]]!r}); choose another output_dir "
-                         "or set resume_from_checkpoint: never")
-
-
 def configure_wandb(report_to: str) -> None:
     """wandb only when asked, and never an interactive login prompt: offline unless a key is configured."""
     if "wandb" not in report_to:
@@ -186,9 +189,11 @@ def configure_wandb(report_to: str) -> None:
         logger.info("wandb: no API key configured, logging offline (wandb sync later)")
 
 
-def check_adapter(output_dir: str | Path, cfg: AdaptTrainConfig) -> dict[str, int]:
-    """Refuse an adapter file without LoRA weights or without the ``<RET>`` row (alpaca-lora once saved empty
-    443-byte adapters). Returns tensor and parameter counts."""
+def check_adapter(output_dir: str | Path, cfg: AdaptTrainConfig,
+                  ret_modules: tuple[str, ...] = ("embed_tokens",)) -> dict[str, int]:
+    """Refuse an adapter file without LoRA weights or without a ``<RET>`` row of each of ``ret_modules`` (the
+    embedding; on an untied model the LM head too). alpaca-lora once saved empty 443-byte adapters. Returns
+    tensor and parameter counts."""
     from safetensors import safe_open
 
     path = Path(output_dir) / ADAPTER_FILE
@@ -197,16 +202,18 @@ def check_adapter(output_dir: str | Path, cfg: AdaptTrainConfig) -> dict[str, in
     with safe_open(str(path), framework="pt") as f:
         keys = list(f.keys())
         numel = sum(math.prod(f.get_slice(k).get_shape()) for k in keys)
-    ret_marker = "trainable_tokens" if cfg.ret_token_training == "trainable_tokens" else "embed_tokens"
-    if not any("lora_" in k for k in keys) or not any(ret_marker in k for k in keys) or numel == 0:
+    marker = "{}.token_adapter.trainable_tokens_delta" if cfg.ret_token_training == "trainable_tokens" else ".{}."
+    if not any("lora_" in k for k in keys) or numel == 0 or not any(marker.format(ret_modules[0]) in k for k in keys):
         raise RuntimeError(f"{path} ({path.stat().st_size} bytes) lacks LoRA or {RET_TOKEN} weights: keys {keys[:6]}")
+    missing = [m for m in ret_modules[1:] if not any(marker.format(m) in k for k in keys)]
+    if missing:
+        raise RuntimeError(f"{path} lacks the {RET_TOKEN} row of {', '.join(missing)}: on a model with untied "
+                           f"embeddings greedy decoding would never emit {RET_TOKEN}")
     return {"tensors": len(keys), "parameters": int(numel), "bytes": path.stat().st_size}
 
 
 def _write_outputs(output_dir: Path, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, extra: Any) -> None:
     """Resolved config (with the data's source hash, which resuming checks) and the dataset stats."""
-    import yaml
-
     from inference.config import config_dict
 
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -232,23 +239,24 @@ def _start_output(main_process: bool, data_cfg: AdaptDataConfig, train_cfg: Adap
     return resume
 
 
-def _checkpoint_step(folder: str) -> int:
-    """The optimizer step a checkpoint folder was saved at, from its own ``trainer_state.json``."""
-    from transformers import TrainerState
-
-    return TrainerState.load_from_json(str(Path(folder) / "trainer_state.json")).global_step
-
-
 def train_adapt(data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, dsd: DatasetDict,
                 extra_configs: tuple = ()) -> dict[str, Any]:
     """Fine-tune ``data_cfg.base_model`` on ``dsd``; write adapter, tokenizer, config and stats to
     ``train_cfg.output_dir``. Returns the train metrics plus the adapter check."""
     from accelerate import PartialState
+
+    state = PartialState()
+    # One run per output_dir (main process): two would write the same checkpoints.
+    with FolderLock(train_cfg.output_dir) if state.is_main_process else nullcontext():
+        return _train_locked(state, data_cfg, train_cfg, dsd, extra_configs)
+
+
+def _train_locked(state: Any, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, dsd: DatasetDict,
+                  extra_configs: tuple) -> dict[str, Any]:
     from trl import SFTTrainer
 
     from inference.models import ModelOptions, load_causal_lm
 
-    state = PartialState()
     out = Path(train_cfg.output_dir)
     resume = _start_output(state.is_main_process, data_cfg, train_cfg, extra_configs)
     configure_wandb(train_cfg.report_to)
@@ -257,29 +265,38 @@ def train_adapt(data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, dsd: Dat
         dtype=dtype, device=str(state.device), load_in_4bit=train_cfg.load_in_4bit,
         load_in_8bit=train_cfg.load_in_8bit))
     ret_id = add_ret_token(tokenizer, model)
+    ret_modules = ret_token_modules(model)
     model = build_peft_model(model, train_cfg, ret_id, data_cfg.base_model)
     if state.is_main_process:
         model.print_trainable_parameters()
-    columns = ["prompt", "completion"]
     has_eval = len(dsd["validation"]) > 0
+    previous_sessions = previous_runtimes(resume)
     trainer = SFTTrainer(model=model, args=sft_config(train_cfg, state.num_processes, has_eval),
-                         train_dataset=dsd["train"].select_columns(columns),
-                         eval_dataset=dsd["validation"].select_columns(columns) if has_eval else None,
-                         processing_class=tokenizer, optimizers=(build_optimizer(model, train_cfg), None))
+                         train_dataset=tokenize_split(dsd["train"], tokenizer),
+                         eval_dataset=tokenize_split(dsd["validation"], tokenizer) if has_eval else None,
+                         processing_class=tokenizer, optimizers=(build_optimizer(model, train_cfg), None),
+                         callbacks=[SessionClock(previous_sessions)])
     result = trainer.train(resume_from_checkpoint=resume)
-    metrics: dict[str, Any] = dict(result.metrics)
+    session = dict(result.metrics)
     previous = out / "train_results.json"
-    if resume and trainer.state.global_step == _checkpoint_step(resume) and previous.is_file():
+    if resume and trainer.state.global_step == checkpoint_step(resume) and previous.is_file():
         # A finished run resumed: no step ran, and the trainer reports loss 0; keep the run's real figures.
         metrics = {**json.loads(previous.read_text()), "resumed_without_new_steps": True}
+    else:
+        metrics = whole_run_results(session, trainer.state.log_history,
+                                    [*previous_sessions, round(session["train_runtime"], 4)],
+                                    trainer.state.global_step)
+    metrics["mode"] = data_cfg.mode
     if state.is_main_process:
         # Trainable tokens carry the <RET> row; the resized base embedding need not be saved (peft's "auto"
         # would add the whole matrix, ~110 MB for SmolLM2, because the vocabulary grew).
         whole = train_cfg.ret_token_training == "modules_to_save"
         trainer.accelerator.unwrap_model(trainer.model).save_pretrained(out, save_embedding_layers=whole)
         tokenizer.save_pretrained(out)
-        metrics["adapter"] = check_adapter(out, train_cfg)
+        metrics["adapter"] = check_adapter(out, train_cfg, ret_modules)
         (out / "train_results.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        write_adapter_card(out, yaml.safe_load((out / "config.yaml").read_text()), metrics,
+                           repo_id=train_cfg.push_to_hub)
         if train_cfg.merge_adapter:
             merged = trainer.model.merge_and_unload()
             merged.save_pretrained(out / "merged")

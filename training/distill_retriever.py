@@ -10,8 +10,11 @@
     # 4. use it
     python -m retrieval_adapt.search runs/index/world-minilm "question" --query-encoder OUT/query_encoder
 
+``--push_to_hub ORG/NAME`` uploads the encoder folder (with its card, ``README.md``) to the Hub when the run
+completes; offline, the run still completes locally and one error line gives the ``hf upload`` command for later.
 Plain ``python training/distill_retriever.py CONFIG.yaml`` runs on one process. Rerunning with the same
-``output_dir`` resumes from its checkpoint (``--resume false`` starts over in place).
+``output_dir`` resumes from its newest complete checkpoint (``--resume false`` starts over in place). Ctrl-C
+finishes the step in flight, saves a checkpoint and exits (status 130); a second Ctrl-C stops at once.
 """
 
 from __future__ import annotations
@@ -30,10 +33,13 @@ from retrieval_adapt.distill import DistillConfig, train  # noqa: E402
 def main(argv: list[str] | None = None) -> None:
     (cfg,) = parse_config((DistillConfig,), argv, prog="accelerate launch training/distill_retriever.py")
     result = train(cfg)
+    resumed = f", resumed at step {result['resumed_from_step']}" if result["resumed_from_step"] else ""
     print(f"best validation loss {result['best_val_loss']:.5f} at step {result['best_step']} "
-          f"({result['steps']} steps); query encoder: {cfg.output_dir}/query_encoder")
+          f"({result['steps']} steps{resumed}, {result['train_seconds']:.0f}s of training); "
+          f"query encoder: {cfg.output_dir}/query_encoder" + (f", pushed to {result['pushed_to']}"
+                                                                 if result.get("pushed_to") else ""))
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    sys.exit(run_cli(main))
+    sys.exit(run_cli(main, resume_hint="the newest complete checkpoint is kept; rerun the same command to resume"))
