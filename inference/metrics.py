@@ -3,9 +3,10 @@
 All metrics compare a *prediction* against one or more *gold* answers and take the best match over the golds,
 as the official SQuAD / HotpotQA scripts do:
 
-* ``exact_match`` and ``token_f1_precision_recall`` after SQuAD-style normalisation (HotpotQA variant for F1:
-  a yes/no/noanswer mismatch scores zero instead of getting partial token credit);
-* ``contained_accuracy``: PopQA's "any gold answer appears in the generation";
+* ``exact_match`` and ``token_f1_precision_recall`` exactly as the official SQuAD v1.1 / HotpotQA scripts by
+  default (HotpotQA variant for F1: a yes/no/noanswer mismatch scores zero instead of getting partial token
+  credit); ``normalisation="robust"`` is a documented, more forgiving option (see :func:`normalize_answer`);
+* ``contained_accuracy``: PopQA's "any gold answer appears in the generation", on word boundaries;
 * ``yes_no_em``: StrategyQA-style, reading the first yes/no word of a free-form reply;
 * ``extract_answer`` pulls the final answer out of a chain of thought ("So the answer is ...");
 * ``score`` bundles these for one question, ``aggregate`` averages many.
@@ -20,8 +21,11 @@ import string
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal
 
 __all__ = [
+    "NORMALISATIONS",
+    "Normalisation",
     "SCORE_KEYS",
     "aggregate",
     "contained_accuracy",
@@ -35,6 +39,10 @@ __all__ = [
 
 #: Keys returned by :func:`score` (and averaged by :func:`aggregate`).
 SCORE_KEYS: tuple[str, ...] = ("em", "f1", "precision", "recall", "acc")
+
+Normalisation = Literal["official", "robust"]
+#: ``official``: the SQuAD v1.1 / HotpotQA scripts, the numbers papers report; ``robust``: see normalize_answer.
+NORMALISATIONS: tuple[str, ...] = ("official", "robust")
 
 # string.punctuation keeps the ASCII symbols SQuAD strips ($, +, <, ...), which are Unicode category S*, not P*.
 _ASCII_PUNCT = frozenset(string.punctuation)
@@ -59,16 +67,22 @@ def _is_punct(ch: str) -> bool:
     return ch in _ASCII_PUNCT or unicodedata.category(ch).startswith("P")
 
 
-def normalize_answer(s: str) -> str:
+def normalize_answer(s: str, normalisation: Normalisation = "official") -> str:
     """SQuAD-style normalisation: lowercase, drop punctuation, drop articles (a/an/the), collapse whitespace.
 
-    Unicode-safe: the text is NFC-composed first so that a decomposed "A + combining ring" equals "Å", and
-    Unicode punctuation (e.g. "«", "—", "、") is removed as well as ASCII punctuation. Accented letters are kept:
-    "São Paulo" -> "são paulo". Like the SQuAD script, punctuation is deleted (not replaced by a space), so
-    "don't" -> "dont".
+    ``official`` (default) is the SQuAD v1.1 script's ``normalize_answer`` character for character: only ASCII
+    ``string.punctuation`` is deleted, so "–", "“" or "«" stay (glued to their word). ``robust`` also NFC-composes
+    (a decomposed "A + combining ring" equals "Å") and deletes every Unicode punctuation character (category P*);
+    with it (and only with it) :func:`exact_match` and token F1 also give an empty prediction no credit.
+    Both keep accents ("São Paulo" -> "são paulo") and delete punctuation rather than replacing it with a space
+    ("don't" -> "dont").
     """
-    text = unicodedata.normalize("NFC", s).lower()
-    text = "".join(ch for ch in text if not _is_punct(ch))
+    if normalisation == "official":
+        text = "".join(ch for ch in s.lower() if ch not in _ASCII_PUNCT)
+    elif normalisation == "robust":
+        text = "".join(ch for ch in unicodedata.normalize("NFC", s).lower() if not _is_punct(ch))
+    else:
+        raise ValueError(f"normalisation must be one of {', '.join(NORMALISATIONS)}, got {normalisation!r}")
     text = _ARTICLES_RE.sub(" ", text)
     return " ".join(text.split())
 
@@ -87,17 +101,18 @@ def _check_golds(golds: str | Sequence[str]) -> list[str]:
     return gold_list
 
 
-def exact_match(prediction: str, golds: str | Sequence[str]) -> float:
+def exact_match(prediction: str, golds: str | Sequence[str], *, normalisation: Normalisation = "official") -> float:
     """1.0 if the normalised prediction equals any normalised gold answer, else 0.0.
 
-    An empty prediction (nothing left after normalisation) scores 0, even against a gold that normalises to
-    nothing (e.g. "The"), so that a model that outputs nothing never earns credit.
+    ``official``: plain equality after normalisation, as the SQuAD script (so "the" against the gold "The" is 1:
+    both normalise to nothing). ``robust``: an empty prediction (nothing left after normalisation) scores 0
+    against every gold, so that a model that outputs nothing never earns credit.
     """
     gold_list = _check_golds(golds)
-    pred = normalize_answer(prediction)
-    if not pred:
+    pred = normalize_answer(prediction, normalisation)
+    if not pred and normalisation == "robust":
         return 0.0
-    return float(any(pred == normalize_answer(g) for g in gold_list))
+    return float(any(pred == normalize_answer(g, normalisation) for g in gold_list))
 
 
 def _f1_single(pred: str, gold: str) -> tuple[float, float, float]:
@@ -116,19 +131,19 @@ def _f1_single(pred: str, gold: str) -> tuple[float, float, float]:
     return 2 * precision * recall / (precision + recall), precision, recall
 
 
-def token_f1_precision_recall(prediction: str, golds: str | Sequence[str]) -> tuple[float, float, float]:
+def token_f1_precision_recall(
+    prediction: str, golds: str | Sequence[str], *, normalisation: Normalisation = "official"
+) -> tuple[float, float, float]:
     """Token-level (f1, precision, recall) against the gold with the highest F1 (first one on ties).
 
     Precision and recall are those of the best-F1 gold, not separate maxima, so the three numbers describe
-    one comparison.
+    one comparison. An empty prediction shares no token with anything, so it scores 0 under both normalisations.
     """
     gold_list = _check_golds(golds)
-    pred = normalize_answer(prediction)
-    if not pred:
-        return 0.0, 0.0, 0.0
+    pred = normalize_answer(prediction, normalisation)
     best = (0.0, 0.0, 0.0)
     for gold in gold_list:
-        cand = _f1_single(pred, normalize_answer(gold))
+        cand = _f1_single(pred, normalize_answer(gold, normalisation))
         if cand[0] > best[0]:
             best = cand
     return best
@@ -137,7 +152,9 @@ def token_f1_precision_recall(prediction: str, golds: str | Sequence[str]) -> tu
 def contained_accuracy(prediction: str, golds: str | Sequence[str], *, normalize: bool = True) -> float:
     """1.0 if any gold answer is contained in the prediction (PopQA's accuracy), else 0.0.
 
-    ``normalize=True`` compares SQuAD-normalised strings on word boundaries, so a short gold such as "no" does
+    No official script defines this metric, so it does not follow the EM/F1 ``normalisation`` option:
+    ``normalize=True`` always compares *robust*-normalised strings (Unicode punctuation removed, so a word in
+    "«Paris»" is still found) on word boundaries, so a short gold such as "no" does
     not match inside "not" or "nothing" (a plain substring test would credit "no" to most outputs).
     ``normalize=False`` reproduces ADAPT-LLM's evaluation, a raw case-insensitive substring test
     (``gold.lower() in prediction.lower()``), where punctuation and articles still have to match. Golds that are
@@ -146,8 +163,8 @@ def contained_accuracy(prediction: str, golds: str | Sequence[str], *, normalize
     """
     gold_list = _check_golds(golds)
     if normalize:
-        pred = normalize_answer(prediction)
-        cands = [normalize_answer(g) for g in gold_list]
+        pred = normalize_answer(prediction, "robust")
+        cands = [normalize_answer(g, "robust") for g in gold_list]
     else:
         pred = prediction.lower()
         cands = [g.lower() for g in gold_list]
@@ -159,8 +176,8 @@ def contained_accuracy(prediction: str, golds: str | Sequence[str], *, normalize
 
 
 def _first_yes_no(text: str) -> str | None:
-    """The first word of ``text`` that is "yes" or "no" after normalisation, or None."""
-    for token in normalize_answer(text).split():
+    """The first word of ``text`` that is "yes" or "no" after (robust) normalisation, or None."""
+    for token in normalize_answer(text, "robust").split():
         if token in ("yes", "no"):
             return token
     return None
@@ -170,13 +187,14 @@ def yes_no_em(prediction: str, golds: str | Sequence[str]) -> float:
     """Yes/no exact match: the prediction's first yes/no word must equal a yes/no gold.
 
     "Yes, because ..." reads as yes. A prediction with neither word scores 0. Golds "true"/"false" (or the
-    booleans StrategyQA stores) count as yes/no; other golds can never match.
+    booleans StrategyQA stores) count as yes/no; other golds can never match. Like containment it reads words
+    after the robust normalisation ('“Yes,”' is yes), whatever the EM/F1 option.
     """
     gold_list = _check_golds(golds)
     label = _first_yes_no(prediction)
     if label is None:
         return 0.0
-    gold_labels = {_YES_NO_GOLD.get(normalize_answer(g)) for g in gold_list}
+    gold_labels = {_YES_NO_GOLD.get(normalize_answer(g, "robust")) for g in gold_list}
     return float(label in gold_labels)
 
 
@@ -201,18 +219,20 @@ def extract_answer(text: str) -> str:
     return answer.rstrip(_TRAIL_STRIP).lstrip(_LEAD_STRIP)
 
 
-def score(prediction: str, golds: str | Sequence[str], *, extract: bool = True) -> dict[str, float]:
+def score(
+    prediction: str, golds: str | Sequence[str], *, extract: bool = True, normalisation: Normalisation = "official"
+) -> dict[str, float]:
     """All per-question metrics: ``em``, ``f1``, ``precision``, ``recall``, ``acc`` (contained, normalised).
 
     With ``extract=True`` the answer is first pulled out of a chain of thought by :func:`extract_answer`, and
     every metric (containment included) is computed on that answer; pass ``extract=False`` to score the whole
-    generation, e.g. for PopQA accuracy over a free-form reply.
+    generation, e.g. for PopQA accuracy over a free-form reply. ``normalisation`` applies to EM and F1.
     """
     gold_list = _check_golds(golds)
     answer = extract_answer(prediction) if extract else prediction
-    f1, precision, recall = token_f1_precision_recall(answer, gold_list)
+    f1, precision, recall = token_f1_precision_recall(answer, gold_list, normalisation=normalisation)
     return {
-        "em": exact_match(answer, gold_list),
+        "em": exact_match(answer, gold_list, normalisation=normalisation),
         "f1": f1,
         "precision": precision,
         "recall": recall,

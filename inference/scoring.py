@@ -4,22 +4,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from inference.metrics import aggregate, score, yes_no_em
+from inference.metrics import Normalisation, aggregate, contained_accuracy, score, yes_no_em
 
-YES_NO_DATASETS = ("strategyqa",)
+_YES_NO_GOLDS = ("yes", "no", "true", "false")
 
 
-def score_record(rec: dict[str, Any]) -> dict[str, float]:
-    """EM/F1/precision on the extracted answer; contained accuracy on the whole output (PopQA's metric)."""
+def score_record(rec: dict[str, Any], normalisation: Normalisation = "official") -> dict[str, float]:
+    """EM/F1/precision on the extracted answer; contained accuracy on the whole output (PopQA's metric).
+
+    ``yes_no_em`` (the first yes/no word of the output) is added only for a question whose golds are all yes/no,
+    so that it is averaged over those questions alone.
+    """
     output = rec.get("output") or ""
-    row = score(output, rec["answers"], extract=True)
-    row["acc"] = score(output, rec["answers"], extract=False)["acc"]
-    row["yes_no_em"] = yes_no_em(output, rec["answers"]) if _is_yes_no(rec["answers"]) else row["em"]
+    answers = rec["answers"]
+    row = score(output, answers, extract=True, normalisation=normalisation)
+    row["acc"] = contained_accuracy(output, answers)
+    if is_yes_no(answers):
+        row["yes_no_em"] = yes_no_em(output, answers)
     return row
 
 
-def _is_yes_no(answers: list[str]) -> bool:
-    return all(a.strip().lower() in ("yes", "no", "true", "false") for a in answers)
+def is_yes_no(answers: list[Any]) -> bool:
+    """True when every gold answer is yes/no (or true/false, as StrategyQA's booleans)."""
+    return all(str(a).strip().lower() in _YES_NO_GOLDS for a in answers)
 
 
 def gate_columns(records: list[dict[str, Any]], rows: list[dict[str, float]]) -> dict[str, Any]:
@@ -32,11 +39,17 @@ def gate_columns(records: list[dict[str, Any]], rows: list[dict[str, float]]) ->
             "acc_not_retrieved": sum(without) / len(without) if without else None}
 
 
-def summarise(records: list[dict[str, Any]], dataset: str = "") -> dict[str, Any]:
+def summarise(records: list[dict[str, Any]], normalisation: Normalisation = "official") -> dict[str, Any]:
+    """Mean quality metrics, efficiency per question, the gate's columns where records carry ``retrieved``, and
+    ``answer_normalisation`` (which EM/F1 normalisation produced the numbers). ``yes_no_em`` and ``n_yes_no``
+    appear only when some question has yes/no golds; ``yes_no_em`` is the mean over those questions."""
     if not records:
-        return {"n": 0}
-    rows = [score_record(r) for r in records]
+        return {"n": 0, "answer_normalisation": normalisation}
+    rows = [score_record(r, normalisation) for r in records]
     quality = aggregate(rows)
+    n_yes_no = sum("yes_no_em" in row for row in rows)
+    if n_yes_no:
+        quality["n_yes_no"] = n_yes_no
     n = len(records)
     efficiency = {
         "retrieval_calls": sum(len(r.get("retrievals", [])) for r in records) / n,
@@ -45,4 +58,4 @@ def summarise(records: list[dict[str, Any]], dataset: str = "") -> dict[str, Any
         "seconds_per_question": sum(r.get("seconds", 0.0) for r in records) / n,
     }
     gate = gate_columns(records, rows) if all("retrieved" in r for r in records) else {}
-    return {**quality, **efficiency, **gate}
+    return {**quality, "answer_normalisation": normalisation, **efficiency, **gate}

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import string
+from collections import Counter
+
 import pytest
 
 from inference.metrics import (
@@ -39,18 +43,32 @@ def test_normalize_ascii(raw: str, expected: str) -> None:
     assert normalize_answer(raw) == expected
 
 
-def test_normalize_unicode() -> None:
+def test_normalize_unicode_robust() -> None:
     # accents are kept, only case is folded
-    assert normalize_answer("Ångström") == "ångström"
-    assert normalize_answer("São Paulo!") == "são paulo"
+    assert normalize_answer("Ångström", "robust") == "ångström"
+    assert normalize_answer("São Paulo!", "robust") == "são paulo"
     # decomposed "A + combining ring ... o + combining diaeresis" composes to the same string
-    assert normalize_answer("A\u030angstro\u0308m") == "ångström"
+    assert normalize_answer("A\u030angstro\u0308m", "robust") == "ångström"
     # U+212B ANGSTROM SIGN canonically maps to U+00C5
-    assert normalize_answer("\u212bngström") == "ångström"
+    assert normalize_answer("\u212bngström", "robust") == "ångström"
     # Unicode punctuation (category P*): guillemets, inverted question mark, CJK comma
-    assert normalize_answer("«São Paulo»") == "são paulo"
-    assert normalize_answer("¿Qué?") == "qué"
-    assert normalize_answer("東京、日本") == "東京日本"
+    assert normalize_answer("«São Paulo»", "robust") == "são paulo"
+    assert normalize_answer("¿Qué?", "robust") == "qué"
+    assert normalize_answer("東京、日本", "robust") == "東京日本"
+
+
+def test_normalize_unicode_official_keeps_non_ascii_punctuation() -> None:
+    # the SQuAD script removes string.punctuation only and never composes
+    assert normalize_answer("São Paulo!") == "são paulo"
+    assert normalize_answer("«São Paulo»") == "«são paulo»"
+    assert normalize_answer("Paris – Lyon") == "paris – lyon"
+    # no NFC: a combining ring is not a word character, so the decomposed "A" + ring is taken for the article "a"
+    assert normalize_answer("A\u030angstro\u0308m") == "\u030angstro\u0308m"
+
+
+def test_normalize_unknown_mode() -> None:
+    with pytest.raises(ValueError, match="normalisation must be one of official, robust"):
+        normalize_answer("x", "squad2")
 
 
 # --------------------------------------------------------------------------- exact_match
@@ -61,6 +79,7 @@ def test_exact_match_basic() -> None:
     assert exact_match("Eiffel", ["Eiffel Tower"]) == 0.0
     assert exact_match("São Paulo", ["Sao Paulo"]) == 0.0  # no accent folding
     assert exact_match("Ångström", ["ångström"]) == 1.0
+    assert exact_match("Ångström", ["ångström"], normalisation="robust") == 1.0
 
 
 def test_exact_match_multiple_golds() -> None:
@@ -76,8 +95,28 @@ def test_exact_match_bare_string_gold_is_one_answer() -> None:
 
 def test_exact_match_empty_prediction() -> None:
     assert exact_match("", ["Paris"]) == 0.0
-    # even when the gold also normalises to nothing
-    assert exact_match("the", ["The"]) == 0.0
+    assert exact_match("", ["Paris"], normalisation="robust") == 0.0
+    # official: plain equality, so "" == "" when the gold also normalises to nothing
+    assert exact_match("the", ["The"]) == 1.0
+    assert exact_match("!!", ["A."]) == 1.0
+    # robust: an empty prediction never earns credit
+    assert exact_match("the", ["The"], normalisation="robust") == 0.0
+    assert exact_match("!!", ["A."], normalisation="robust") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold", "official", "robust"),
+    [
+        ("“Paris”", "Paris", 0.0, 1.0),  # typographic quotes stay under official
+        ("Paris – Lyon", "Paris Lyon", 0.0, 1.0),  # en dash is a token of its own under official
+        ("«Lisbon»", "Lisbon", 0.0, 1.0),
+        ("A\u030angstro\u0308m", "Ångström", 0.0, 1.0),  # decomposed vs composed: NFC only under robust
+        ("the", "The", 1.0, 0.0),  # both normalise to nothing
+    ],
+)
+def test_exact_match_official_vs_robust(prediction: str, gold: str, official: float, robust: float) -> None:
+    assert exact_match(prediction, [gold]) == official
+    assert exact_match(prediction, [gold], normalisation="robust") == robust
 
 
 # --------------------------------------------------------------------------- token F1
@@ -124,6 +163,28 @@ def test_f1_hotpot_special_answers() -> None:
     assert token_f1_precision_recall("yes", ["no", "Yes"]) == pytest.approx((1.0, 1.0, 1.0))
 
 
+def test_f1_official_vs_robust() -> None:
+    # official: [paris, –, lyon] vs [paris, lyon]: common 2, P = 2/3, R = 1, F1 = 2*(2/3)/(5/3) = 4/5
+    assert token_f1_precision_recall("Paris – Lyon", ["Paris Lyon"]) == pytest.approx((0.8, 2 / 3, 1.0))
+    # robust drops the dash: [paris, lyon] vs [paris, lyon] -> 1
+    assert token_f1_precision_recall("Paris – Lyon", ["Paris Lyon"], normalisation="robust") == pytest.approx(
+        (1.0, 1.0, 1.0))
+    # official: [“paris”, france] vs [paris]: no common token -> 0; robust: common 1, P = 1/2, R = 1, F1 = 2/3
+    assert token_f1_precision_recall("“Paris” France", ["Paris"]) == (0.0, 0.0, 0.0)
+    assert token_f1_precision_recall("“Paris” France", ["Paris"], normalisation="robust") == pytest.approx(
+        (2 / 3, 0.5, 1.0))
+
+
+def test_f1_hotpot_rule_under_both_normalisations() -> None:
+    for mode in ("official", "robust"):
+        # [no, way] vs [no]: would be P = 1/2, R = 1, F1 = 2/3 without the rule
+        assert token_f1_precision_recall("no way", ["no"], normalisation=mode) == (0.0, 0.0, 0.0)
+        assert token_f1_precision_recall("No!", ["no"], normalisation=mode) == pytest.approx((1.0, 1.0, 1.0))
+    # official keeps “ ”, so "“Yes”" is not the special answer "yes" and gets no credit; robust reads "yes"
+    assert token_f1_precision_recall("“Yes”", ["yes"]) == (0.0, 0.0, 0.0)
+    assert token_f1_precision_recall("“Yes”", ["yes"], normalisation="robust") == pytest.approx((1.0, 1.0, 1.0))
+
+
 def test_f1_unicode() -> None:
     # [são, paulo, brazil] vs [são, paulo]: common 2, P = 2/3, R = 1, F1 = 2*(2/3)/(5/3) = 4/5
     f1, p, r = token_f1_precision_recall("São Paulo, Brazil", ["São Paulo"])
@@ -132,6 +193,8 @@ def test_f1_unicode() -> None:
 
 def test_f1_empty_prediction() -> None:
     assert token_f1_precision_recall("", ["Paris"]) == (0.0, 0.0, 0.0)
+    # F1 has no token to share even when both normalise to nothing (the SQuAD script returns 0 here too)
+    assert token_f1_precision_recall("the", ["The"]) == (0.0, 0.0, 0.0)
 
 
 # --------------------------------------------------------------------------- contained_accuracy
@@ -246,6 +309,15 @@ def test_score_empty_prediction() -> None:
     assert score("", ["Paris"]) == dict.fromkeys(SCORE_KEYS, 0.0)
 
 
+def test_score_passes_normalisation_to_em_and_f1_only() -> None:
+    official = score("So the answer is Paris – Lyon.", ["Paris Lyon"])
+    robust = score("So the answer is Paris – Lyon.", ["Paris Lyon"], normalisation="robust")
+    # official: [paris, –, lyon] vs [paris, lyon] -> P = 2/3, R = 1, F1 = 4/5;
+    # containment is word-based on robust-normalised text under both options
+    assert official == pytest.approx({"em": 0.0, "f1": 0.8, "precision": 2 / 3, "recall": 1.0, "acc": 1.0})
+    assert robust == pytest.approx({"em": 1.0, "f1": 1.0, "precision": 1.0, "recall": 1.0, "acc": 1.0})
+
+
 def test_aggregate_means() -> None:
     rows = [
         {"em": 1.0, "f1": 0.5, "precision": 1.0, "recall": 0.25, "acc": 1.0},
@@ -283,3 +355,75 @@ def test_aggregate_empty() -> None:
 def test_empty_golds_raise(func, golds) -> None:
     with pytest.raises(ValueError, match="at least one non-empty gold answer"):
         func("Paris", golds)
+
+
+# --------------------------------------------------------------------------- the official scripts as oracle
+# Copied from the official SQuAD v1.1 evaluation script (evaluate-v1.1.py) and, for F1, HotpotQA's
+# hotpot_evaluate_v1.py (same normalisation, plus the yes/no/noanswer rule).
+
+
+def _squad_normalize_answer(s):
+    def remove_articles(text):
+        return re.sub(r"\b(a|an|the)\b", " ", text)
+
+    def white_space_fix(text):
+        return " ".join(text.split())
+
+    def remove_punc(text):
+        exclude = set(string.punctuation)
+        return "".join(ch for ch in text if ch not in exclude)
+
+    def lower(text):
+        return text.lower()
+
+    return white_space_fix(remove_articles(remove_punc(lower(s))))
+
+
+def _hotpot_f1_score(prediction, ground_truth):
+    normalized_prediction = _squad_normalize_answer(prediction)
+    normalized_ground_truth = _squad_normalize_answer(ground_truth)
+    zero_metric = (0, 0, 0)
+    if normalized_prediction in ["yes", "no", "noanswer"] and normalized_prediction != normalized_ground_truth:
+        return zero_metric
+    if normalized_ground_truth in ["yes", "no", "noanswer"] and normalized_prediction != normalized_ground_truth:
+        return zero_metric
+    prediction_tokens = normalized_prediction.split()
+    ground_truth_tokens = normalized_ground_truth.split()
+    common = Counter(prediction_tokens) & Counter(ground_truth_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return zero_metric
+    precision = 1.0 * num_same / len(prediction_tokens)
+    recall = 1.0 * num_same / len(ground_truth_tokens)
+    f1 = (2 * precision * recall) / (precision + recall)
+    return f1, precision, recall
+
+
+def _squad_exact_match_score(prediction, ground_truth):
+    return _squad_normalize_answer(prediction) == _squad_normalize_answer(ground_truth)
+
+
+def _metric_max_over_ground_truths(metric_fn, prediction, ground_truths):
+    return max(metric_fn(prediction, gt) for gt in ground_truths)
+
+
+TRICKY = [
+    "The Eiffel Tower.", "eiffel tower", "the", "The", "A.", "!!", "an", "Anne of the Annals", "Theater",
+    "“Paris”", "Paris", "«Lisbon»", "Paris – Lyon", "Paris Lyon", "Paris—Lyon", "don't", "dont", "U.S. Army",
+    "US Army", "$1,000", "1000", "A\u030angstro\u0308m", "Ångström", "\u212bngström", "São Paulo", "東京、日本",
+    "yes", "Yes.", "“Yes”", "no", "no way", "No, it is not", "noanswer", "no answer", "it is yes", "  a  b  ",
+    "the the the", "cat cat dog", "cat dog dog", "1990s", "a 1990", "İstanbul", "ﬁsh", "Mr. Smith", "¿Qué?",
+]
+
+
+@pytest.mark.parametrize("prediction", TRICKY)
+def test_official_matches_the_squad_and_hotpot_scripts(prediction: str) -> None:
+    assert normalize_answer(prediction) == _squad_normalize_answer(prediction)
+    for gold in TRICKY:
+        assert exact_match(prediction, [gold]) == float(_squad_exact_match_score(prediction, gold)), gold
+        assert token_f1_precision_recall(prediction, [gold]) == pytest.approx(_hotpot_f1_score(prediction, gold)), gold
+    golds = ["Paris", "the", "“Yes”", "no", "Paris – Lyon"]
+    assert exact_match(prediction, golds) == float(_metric_max_over_ground_truths(
+        _squad_exact_match_score, prediction, golds))
+    f1_oracle = _metric_max_over_ground_truths(lambda p, g: _hotpot_f1_score(p, g)[0], prediction, golds)
+    assert token_f1_precision_recall(prediction, golds)[0] == pytest.approx(f1_oracle)

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
 
-from inference.models import ModelNotFoundError, adapter_base, load_causal_lm, load_encoder, resolve_model
+from inference.models import (
+    ModelNotFoundError,
+    adapter_base,
+    load_causal_lm,
+    load_encoder,
+    load_tokenizer,
+    resolve_model,
+)
 
 
 def test_missing_local_path_fails_with_one_line(tmp_path):
@@ -21,10 +29,59 @@ def test_unknown_hub_id_fails_offline():
         load_encoder("nobody/no-such-model-xyz")
 
 
+@pytest.mark.parametrize("load", [load_encoder, load_causal_lm, load_tokenizer])
+def test_hub_id_offline_says_hub_unreachable_and_how_to_fix(load, monkeypatch):
+    # a name with one slash is a hub id, not "not a hub id"; offline, the hub cannot be asked
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    name = "adaptive-rag-tests/never-cached-model"
+    with pytest.raises(ModelNotFoundError) as err:
+        load(name)
+    msg = str(err.value)
+    assert "\n" not in msg and "not a hub id" not in msg
+    assert f"cannot load model '{name}'" in msg
+    assert "hub is unreachable (HF_HUB_OFFLINE=1)" in msg and "not in the local HF cache" in msg
+    assert f"hf download {name}" in msg and "pass a local folder" in msg
+
+
+@pytest.mark.parametrize("name", ["./nope-model", "/abs/nope-model", "a/b/nope-model", "~/nope-model-xyz"])
+def test_missing_local_paths_say_no_such_folder(name):
+    for load in (load_causal_lm, load_encoder, load_tokenizer):
+        with pytest.raises(ModelNotFoundError, match=f"cannot load model '{re.escape(name)}': no such local folder"):
+            load(name)
+
+
+def test_existing_folder_without_a_model_says_so(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="the local folder .* holds no loadable model"):
+        load_causal_lm(str(tmp_path))
+
+
 def test_adapter_base_reads_adapter_config(tmp_path):
     assert adapter_base(str(tmp_path)) is None
     (tmp_path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "smollm2-135m"}))
     assert adapter_base(str(tmp_path)) == "smollm2-135m"
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ('{"base_model_name_or_path": "smollm2-135m",', "is not valid JSON"),
+        ('{"r": 8}', "names no base_model_name_or_path"),
+        ('{"base_model_name_or_path": ""}', "names no base_model_name_or_path"),
+        ("[1, 2]", "names no base_model_name_or_path"),
+    ],
+)
+def test_broken_adapter_config_is_one_line_naming_the_file(tmp_path, content, problem):
+    cfg = tmp_path / "adapter_config.json"
+    cfg.write_text(content)
+    with pytest.raises(ModelNotFoundError, match=f"{re.escape(str(cfg))} {problem}") as err:
+        load_causal_lm(str(tmp_path))
+    assert "\n" not in str(err.value)
+
+
+def test_adapter_whose_base_is_missing_names_both(tmp_path):
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "./gone-base"}))
+    with pytest.raises(ModelNotFoundError, match="'./gone-base': no such local folder .* named in .*adapter_config"):
+        load_causal_lm(str(tmp_path))
 
 
 def test_refuses_4bit_without_cuda():
