@@ -29,7 +29,9 @@ from typing import Literal
 
 import yaml
 
+from data_builders.atomic_files import atomic_folder, write_text_atomic
 from data_builders.question_sets import QuestionsConfig, file_hash, load_questions, source_hash
+from data_builders.record_log import FolderLock
 from data_builders.retrieval_adapt_io import append_rows, read_rows, row_stats, to_dataset_dict
 from data_builders.schema import QAExample
 from inference.config import ConfigError, config_dict, parse_config, run_cli, save_config
@@ -133,11 +135,16 @@ def _load_models(cfg: RetrievalAdaptDataConfig):
 
 
 def build(qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, *, models=None):
-    """Run (or resume) the builder; ``models`` = (retriever, IterRetGen loop, reranker) injects test doubles."""
+    """Run (or resume) the builder; ``models`` = (retriever, IterRetGen loop, reranker) injects test doubles.
+    The output folder is locked for the run: a second builder on it fails at once instead of mixing its rows in."""
+    out = Path(cfg.out)
+    with FolderLock(out):
+        return _build(out, qcfg, cfg, models)
+
+
+def _build(out: Path, qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, models):
     from tqdm.auto import tqdm
 
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     check_resume(out, cfg, qcfg)
     save_config(out / "config.yaml", qcfg, cfg)
     examples = load_questions(qcfg)
@@ -163,12 +170,14 @@ def build(qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, *, models=None):
     wanted = {ex.id for ex in examples}
     rows = [r for r in read_rows(out / "rows.jsonl") if r["question_id"] in wanted]
     dataset = to_dataset_dict(rows, cfg.validation_fraction, cfg.split_seed)
-    dataset.save_to_disk(str(out / "dataset"))
+    # Written beside and renamed into place: a kill mid-save never leaves a dataset/ that loads half.
+    with atomic_folder(out / "dataset") as tmp:
+        dataset.save_to_disk(str(tmp))
     stats = {**row_stats(rows), "n_train": len(dataset["train"]), "n_validation": len(dataset["validation"]),
              "built_this_run": len(todo), "questions_sha256": source_hash(qcfg),
              "index_passages_sha256": file_hash(Path(cfg.index_dir) / "passages.jsonl"),
              **{f"this_run_{k}": round(v, 2) for k, v in timings.items()}}
-    (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    write_text_atomic(out / "stats.json", json.dumps(stats, indent=2) + "\n")
     return dataset, stats
 
 

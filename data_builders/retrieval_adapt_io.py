@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import logging
 import math
-import os
 import random
 from pathlib import Path
 from typing import Any
 
+from data_builders.record_log import RecordLog
 from data_builders.schema import DataError
-
-logger = logging.getLogger(__name__)
 
 # Per-candidate columns: all of one row's lists must be as long as its candidate_ids.
 CANDIDATE_COLUMNS = ("candidate_ids", "candidate_positions", "teacher_scores", "retriever_scores")
@@ -34,37 +30,19 @@ def check_row(row: dict[str, Any], where: str = "row") -> None:
         raise DataError("non-finite teacher score", source=where, record=row["question_id"], field="teacher_scores")
 
 
+def _row_log(path: Path) -> RecordLog:
+    return RecordLog(path, key="question_id", check=check_row)
+
+
 def append_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     """Append rows and flush them to disk before returning: what is written survives a crash."""
-    for row in rows:
-        check_row(row)
-    with path.open("a", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    _row_log(path).append(rows)
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    """Rows of the resume log. A torn last line (a run killed mid-write) is cut off, so appends stay valid."""
-    if not path.is_file():
-        return []
-    data = path.read_bytes()
-    good_end = data.rfind(b"\n") + 1  # everything after the last newline is an unfinished write
-    if good_end < len(data):
-        logger.warning("%s: dropping an unfinished last line (%d bytes)", path, len(data) - good_end)
-        with path.open("r+b") as f:
-            f.truncate(good_end)
-    rows, seen = [], set()
-    for i, line in enumerate(data[:good_end].decode("utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        check_row(row, f"{path}:{i}")
-        if row["question_id"] not in seen:  # a batch redone after a crash between write and exit: keep the first
-            seen.add(row["question_id"])
-            rows.append(row)
-    return rows
+    """Rows of the resume log, the first of each question id. A torn last line (a run killed mid-write, even
+    inside a multi-byte character) is cut off, so appends stay valid."""
+    return _row_log(path).read()
 
 
 def split_ids(ids: list[str], validation_fraction: float, seed: int) -> set[str]:

@@ -8,11 +8,14 @@ from pathlib import Path
 import bm25s
 import Stemmer
 
-from data_builders.schema import Passage
+from data_builders.schema import DataError, Passage
+from inference.progress import show_inner_progress
 from retrieval_adapt.base import Hit
-from retrieval_adapt.corpus_store import load_meta, load_passages, save_store
+from retrieval_adapt.corpus_store import damaged, index_writer, load_meta, load_passages, save_store
 
 logger = logging.getLogger(__name__)
+# bm25s sets its own logger to DEBUG on import, so "Building index from tokens" reached every log handler.
+logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 
 class BM25Retriever:
@@ -32,6 +35,8 @@ class BM25Retriever:
         if not passages:
             raise ValueError("cannot build a BM25 index over an empty corpus")
         self = cls(bm25s.BM25(k1=k1, b=b, method=method), passages, stemmer_language=stemmer_language)
+        # bm25s draws seven bars of its own per build: on a terminal only, never into a log file
+        show_progress = show_inner_progress(show_progress)
         tokens = self._tokenize([p.contents for p in passages], show_progress=show_progress)
         self.index.index(tokens, show_progress=show_progress)
         return self
@@ -63,18 +68,33 @@ class BM25Retriever:
         return results  # type: ignore[return-value]
 
     def save(self, out_dir: str | Path) -> None:
-        out = Path(out_dir)
-        self.index.save(out / "bm25", show_progress=False)
-        save_store(out, self.passages, {"kind": self.kind, "stemmer_language": self.stemmer_language,
-                                        "num_passages": len(self.passages)})
+        """Write the index folder whole or not at all (an existing index is replaced only once this one is done)."""
+        with index_writer(out_dir) as tmp:
+            self.write_to(tmp)
+
+    def write_to(self, folder: Path) -> None:
+        """The index files, written into ``folder`` in place (:meth:`save` is the safe way)."""
+        self.index.save(folder / "bm25", show_progress=False)
+        save_store(folder, self.passages, {"kind": self.kind, "stemmer_language": self.stemmer_language,
+                                           "num_passages": len(self.passages)})
 
     @classmethod
     def load(cls, index_dir: str | Path, *, mmap: bool = True) -> BM25Retriever:
         meta = load_meta(index_dir)
         if meta.get("kind") != cls.kind:
-            raise ValueError(f"{index_dir} holds a '{meta.get('kind')}' index, not a BM25 one")
-        index = bm25s.BM25.load(Path(index_dir) / "bm25", mmap=mmap, show_progress=False)
-        return cls(index, load_passages(index_dir), stemmer_language=meta.get("stemmer_language"))
+            raise DataError(f"holds a '{meta.get('kind')}' index, not a BM25 one", source=str(index_dir))
+        passages = load_passages(index_dir, meta)
+        folder = Path(index_dir) / "bm25"
+        if not folder.is_dir():
+            raise damaged(index_dir, "bm25/ is missing")
+        try:
+            index = bm25s.BM25.load(folder, mmap=mmap, show_progress=False)
+        except (OSError, ValueError, KeyError, EOFError) as err:  # a missing or cut-short file inside bm25/
+            raise damaged(index_dir, f"bm25/ is unreadable ({type(err).__name__}: {str(err)[:120]})") from err
+        n_docs = index.scores.get("num_docs", len(passages))
+        if n_docs != len(passages):
+            raise damaged(index_dir, f"bm25/ indexes {n_docs} documents for {len(passages)} passages")
+        return cls(index, passages, stemmer_language=meta.get("stemmer_language"))
 
 
 def top_ids(hits: list[list[Hit]]) -> list[list[str]]:

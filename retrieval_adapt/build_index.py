@@ -5,6 +5,8 @@
     python -m retrieval_adapt.build_index my_index.yaml --faiss hnsw
 
 ``--corpus`` is a canonical passage JSONL, a DPR-style TSV (id, text, title), or ``world`` (the embedded world).
+The folder appears complete or not at all: a build writes ``OUT.tmp`` and renames it to ``OUT`` when done (an
+existing index is replaced only then), and ``OUT`` is locked while it runs.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from data_builders.schema import DataError
 from inference.config import parse_config, run_cli, save_config
+from retrieval_adapt.corpus_store import index_writer
 
 logger = logging.getLogger(__name__)
 
@@ -48,21 +52,26 @@ def load_corpus(cfg: IndexConfig):
 
 
 def build(cfg: IndexConfig):
+    """Build the index and publish ``cfg.out`` whole: the files go to ``OUT.tmp`` and replace ``OUT`` (an existing
+    index included) only once complete; ``OUT`` is locked meanwhile, so two builds of it cannot interleave."""
     passages = load_corpus(cfg)
+    if not passages:  # checked before anything is written
+        raise DataError("the corpus holds no passages (every text empty?); nothing was written", source=cfg.corpus)
     start = time.perf_counter()
-    if cfg.kind == "bm25":
-        from retrieval_adapt.bm25 import BM25Retriever
+    with index_writer(cfg.out) as tmp:
+        if cfg.kind == "bm25":
+            from retrieval_adapt.bm25 import BM25Retriever
 
-        retriever = BM25Retriever.build(passages)
-    else:
-        from retrieval_adapt.dense import DenseRetriever, FaissOptions
-        from retrieval_adapt.encoders import MeanPoolingEncoder
+            retriever = BM25Retriever.build(passages)
+        else:
+            from retrieval_adapt.dense import DenseRetriever, FaissOptions
+            from retrieval_adapt.encoders import MeanPoolingEncoder
 
-        encoder = MeanPoolingEncoder.from_name(cfg.encoder, max_length=cfg.max_length)
-        retriever = DenseRetriever.build(passages, encoder, faiss_options=FaissOptions(kind=cfg.faiss),
-                                         batch_size=cfg.batch_size)
-    retriever.save(cfg.out)
-    save_config(f"{cfg.out}/config.yaml", cfg)
+            encoder = MeanPoolingEncoder.from_name(cfg.encoder, max_length=cfg.max_length)
+            retriever = DenseRetriever.build(passages, encoder, faiss_options=FaissOptions(kind=cfg.faiss),
+                                             batch_size=cfg.batch_size)
+        retriever.write_to(tmp)
+        save_config(tmp / "config.yaml", cfg)
     print(f"built {cfg.kind} index over {len(passages)} passages in {time.perf_counter() - start:.1f}s -> {cfg.out}")
     return retriever
 
@@ -74,4 +83,5 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    sys.exit(run_cli(main))
+    sys.exit(run_cli(main, resume_hint="the index folder is as it was (a build is published only when complete); "
+                                       "rerun the same command to build it"))

@@ -15,9 +15,9 @@ import faiss
 import numpy as np
 import torch
 
-from data_builders.schema import Passage
+from data_builders.schema import DataError, Passage
 from retrieval_adapt.base import Hit
-from retrieval_adapt.corpus_store import load_meta, load_passages, save_store
+from retrieval_adapt.corpus_store import damaged, index_writer, load_meta, load_passages, save_store
 from retrieval_adapt.encoders import MeanPoolingEncoder
 
 logger = logging.getLogger(__name__)
@@ -97,8 +97,13 @@ class DenseRetriever:
                 for row_i, row_s in zip(ids, scores)]
 
     def save(self, out_dir: str | Path) -> None:
-        out = Path(out_dir)
-        save_store(out, self.passages, {
+        """Write the index folder whole or not at all (an existing index is replaced only once this one is done)."""
+        with index_writer(out_dir) as tmp:
+            self.write_to(tmp)
+
+    def write_to(self, folder: Path) -> None:
+        """The index files, written into ``folder`` in place (:meth:`save` is the safe way)."""
+        save_store(folder, self.passages, {
             "kind": self.kind, "encoder": self.passage_encoder_name, "normalize": self.query_encoder.normalize,
             "max_length": self.query_encoder.max_length, "num_passages": len(self.passages),
             "faiss": getattr(self, "faiss_options", FaissOptions()).kind,
@@ -106,23 +111,24 @@ class DenseRetriever:
         index = self.index
         if "Gpu" in type(index).__name__:
             index = faiss.index_gpu_to_cpu(index)
-        faiss.write_index(index, str(out / "index.faiss"))
+        faiss.write_index(index, str(folder / "index.faiss"))
         if getattr(self, "embeddings", None) is not None:
             # Kept so that training can read passage vectors memory-mapped, never re-encoding the corpus.
-            np.save(out / "embeddings.npy", self.embeddings)
+            np.save(folder / "embeddings.npy", self.embeddings)
 
     @classmethod
     def load(cls, index_dir: str | Path, *, query_encoder: str | None = None, device: str = "auto",
              use_gpu: bool = True) -> DenseRetriever:
         meta = load_meta(index_dir)
         if meta.get("kind") != cls.kind:
-            raise ValueError(f"{index_dir} holds a '{meta.get('kind')}' index, not a dense one")
-        index = to_gpu_if_available(faiss.read_index(str(Path(index_dir) / "index.faiss")), use_gpu)
+            raise DataError(f"holds a '{meta.get('kind')}' index, not a dense one", source=str(index_dir))
+        passages = load_passages(index_dir, meta)
+        index = to_gpu_if_available(_read_faiss(Path(index_dir), len(passages)), use_gpu)
+        embeddings = _read_embeddings(Path(index_dir), len(passages))
         encoder = MeanPoolingEncoder.from_name(query_encoder or meta["encoder"], normalize=meta["normalize"],
                                                max_length=meta["max_length"], device=device)
-        self = cls(index, load_passages(index_dir), encoder, passage_encoder_name=meta["encoder"])
-        emb_path = Path(index_dir) / "embeddings.npy"
-        self.embeddings = np.load(emb_path, mmap_mode="r") if emb_path.is_file() else None
+        self = cls(index, passages, encoder, passage_encoder_name=meta["encoder"])
+        self.embeddings = embeddings
         return self
 
     def passage_embeddings(self, ids: list[int]) -> torch.Tensor:
@@ -130,3 +136,30 @@ class DenseRetriever:
         if self.embeddings is None:
             raise ValueError("this index was saved without embeddings.npy; rebuild it")
         return torch.from_numpy(np.asarray(self.embeddings[ids], dtype=np.float32))
+
+
+def _read_faiss(folder: Path, n_passages: int) -> faiss.Index:
+    path = folder / "index.faiss"
+    if not path.is_file():
+        raise damaged(folder, "index.faiss is missing")
+    try:
+        index = faiss.read_index(str(path))
+    except RuntimeError as err:  # faiss reports a short file as a C++ assertion
+        raise damaged(folder, f"index.faiss is unreadable ({str(err).splitlines()[0][-120:]})") from err
+    if index.ntotal != n_passages:
+        raise damaged(folder, f"index.faiss holds {index.ntotal} vectors for {n_passages} passages")
+    return index
+
+
+def _read_embeddings(folder: Path, n_passages: int) -> np.ndarray | None:
+    """The stored passage vectors, memory-mapped; None for an index saved without them."""
+    path = folder / "embeddings.npy"
+    if not path.is_file():
+        return None
+    try:
+        emb = np.load(path, mmap_mode="r")
+    except (ValueError, OSError, EOFError) as err:  # numpy: "mmap length is greater than file size", "EOF: ..."
+        raise damaged(folder, f"embeddings.npy is unreadable ({err})") from err
+    if emb.ndim != 2 or emb.shape[0] != n_passages:
+        raise damaged(folder, f"embeddings.npy has shape {emb.shape} for {n_passages} passages")
+    return emb

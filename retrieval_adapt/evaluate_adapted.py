@@ -137,4 +137,4 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    sys.exit(run_cli(main))
+    sys.exit(run_cli(main, resume_hint="the report is written at the end, so nothing was; rerun the same command"))

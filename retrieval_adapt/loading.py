@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from inference.config import ConfigError
 from retrieval_adapt.base import Retriever
-from retrieval_adapt.corpus_store import load_meta
+from retrieval_adapt.corpus_store import damaged, load_meta
 
 
 def load_retriever(index_dir: str | Path, *, query_encoder: str | None = None, device: str = "auto") -> Retriever:
-    """BM25 or dense by the folder's ``meta.json``; ``query_encoder`` swaps in an adapted dense query encoder."""
+    """BM25 or dense by the folder's ``meta.json``; ``query_encoder`` swaps in an adapted dense query encoder.
+    A missing, unfinished or damaged folder raises one clear error naming the folder and the rebuild command."""
     meta = load_meta(index_dir)
     kind = meta.get("kind")
     if kind == "bm25":
         if query_encoder:
-            raise ValueError("query_encoder applies to dense indexes only; this folder holds a BM25 index")
+            raise ConfigError(f"query_encoder applies to dense indexes only; {index_dir} holds a BM25 index")
         from retrieval_adapt.bm25 import BM25Retriever
 
         return BM25Retriever.load(index_dir)
@@ -22,4 +24,4 @@ def load_retriever(index_dir: str | Path, *, query_encoder: str | None = None, d
         from retrieval_adapt.dense import DenseRetriever
 
         return DenseRetriever.load(index_dir, query_encoder=query_encoder, device=device)
-    raise ValueError(f"{index_dir}/meta.json names an unknown index kind '{kind}' (bm25, dense)")
+    raise damaged(index_dir, f"meta.json names an unknown index kind '{kind}' (bm25, dense)")

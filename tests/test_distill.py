@@ -64,7 +64,8 @@ def _config(setup, out: Path, **kw) -> DistillConfig:
 def _checkpoint_weights(out: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    return {k.removeprefix("model."): v for k, v in load_file(str(out / "checkpoint" / "model.safetensors")).items()}
+    newest = max(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    return {k.removeprefix("model."): v for k, v in load_file(str(newest / "model.safetensors")).items()}
 
 
 def test_step_changes_query_encoder_only(setup, tmp_path):
@@ -181,3 +182,117 @@ def test_exclude_answers_drops_questions_the_teacher_cannot_rank(setup, tmp_path
                            max_steps=1))
     assert result["steps"] == 1
     assert sorted(p.name for p in (tmp_path / "yn").rglob("*")) == before  # no cache files in the user's data
+
+
+# ---- interruptions: atomic checkpoints, each step logged once, Ctrl-C, the folder lock ------------------------------
+
+
+def _log_steps(out: Path) -> tuple[list[int], list[int]]:
+    """(steps of training records, steps of validation records) in metrics.jsonl."""
+    log = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r["step"] for r in log if "kl" in r], [r["step"] for r in log if "val_loss" in r]
+
+
+def test_incomplete_newest_checkpoint_is_skipped_with_a_warning(setup, tmp_path, caplog):
+    import logging
+    import shutil
+
+    out = tmp_path / "out"
+    train(_config(setup, out, max_steps=2))
+    assert sorted(p.name for p in out.glob("checkpoint*")) == ["checkpoint-1", "checkpoint-2"]
+    # checkpoint-2 cut short (a damaged copy) and a checkpoint-3 the run was killed while writing
+    weights = out / "checkpoint-2" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    shutil.copytree(out / "checkpoint-1", out / "checkpoint-3.tmp")
+    with caplog.at_level(logging.WARNING):
+        result = train(_config(setup, out, max_steps=3))
+    assert "checkpoint-2 is incomplete (model.safetensors has 100 bytes" in caplog.text
+    assert "checkpoint-3.tmp: an unfinished checkpoint" in caplog.text
+    assert result["resumed_from_step"] == 1 and result["steps"] == 3
+    assert _log_steps(out) == ([1, 2, 3], [0, 1, 2, 3])  # step 2 redone, logged once
+    assert sorted(p.name for p in out.glob("checkpoint*")) == ["checkpoint-2", "checkpoint-3"]
+    assert json.loads((out / "trainer_state.json").read_text())["step"] == 3
+
+
+def test_ctrl_c_saves_the_step_and_the_resumed_run_logs_each_step_once(setup, tmp_path, monkeypatch):
+    import signal
+
+    import retrieval_adapt.distill as distill
+
+    out = tmp_path / "out"
+    real_log = distill._log
+
+    def ctrl_c_at_step_3(accelerator, metrics, record):
+        real_log(accelerator, metrics, record)
+        if record["step"] == 3 and "kl" in record:
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(distill, "_log", ctrl_c_at_step_3)
+    with pytest.raises(KeyboardInterrupt, match="stopped at step 3, saved in .*checkpoint-3: rerun"):
+        train(_config(setup, out, max_steps=5, eval_steps=2))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is given back
+    # eval_steps=2 saves at 2 and 4: checkpoint-3 exists only because Ctrl-C kept the step in flight
+    assert sorted(p.name for p in out.glob("checkpoint*")) == ["checkpoint-2", "checkpoint-3"]
+    monkeypatch.setattr(distill, "_log", real_log)
+    result = train(_config(setup, out, max_steps=5, eval_steps=2))
+    assert result["resumed_from_step"] == 3 and result["steps"] == 5
+    assert _log_steps(out) == ([1, 2, 3, 4, 5], [0, 2, 4, 5])
+    # the summary covers the whole run: the best of every validation, before and after the interruption
+    val = [json.loads(line)["val_loss"] for line in (out / "metrics.jsonl").read_text().splitlines()
+           if "val_loss" in line]
+    assert result["best_val_loss"] == pytest.approx(min(val))
+    best = json.loads((out / "query_encoder" / "best.json").read_text())
+    assert (best["step"], best["val_loss"]) == (result["best_step"], pytest.approx(result["best_val_loss"]))
+
+
+def test_kill_after_logging_redoes_the_steps_without_duplicate_lines(setup, tmp_path):
+    """A hard kill after step 3 was logged (and a line torn mid-character) but before its checkpoint."""
+    out = tmp_path / "out"
+    train(_config(setup, out, max_steps=2, eval_steps=2))
+    with (out / "metrics.jsonl").open("ab") as f:
+        f.write(json.dumps({"step": 3, "kl": 0.5, "lr": 0.01}).encode() + b"\n")
+        f.write('{"step": 4, "note": "é'.encode()[:-1])
+    train(_config(setup, out, max_steps=4, eval_steps=2))
+    assert _log_steps(out) == ([1, 2, 3, 4], [0, 2, 4])
+
+
+def test_resume_refuses_other_settings_and_resume_false_starts_over(setup, tmp_path):
+    from data_builders.record_log import FolderInUseError
+
+    out = tmp_path / "out"
+    train(_config(setup, out, max_steps=1))
+    with pytest.raises(FolderInUseError, match=r"other settings \(learning_rate: 0.01 -> 0.02\)"):
+        train(_config(setup, out, max_steps=2, learning_rate=2e-2))
+    result = train(_config(setup, out, max_steps=2, learning_rate=2e-2, resume=False))
+    assert result["resumed_from_step"] == 0 and _log_steps(out) == ([1, 2], [0, 1, 2])
+
+
+def test_locked_output_folder_fails_in_one_line_and_stale_lock_is_taken_over(setup, tmp_path, capsys, caplog):
+    import logging
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from inference.config import run_cli
+
+    spec = importlib.util.spec_from_file_location("distill_retriever", REPO / "training" / "distill_retriever.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "out"
+    out.mkdir()
+    lock = out / ".lock"
+    lock.write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname()}))  # a live process
+    cfg = _config(setup, out, max_steps=1)
+    path = tmp_path / "distill.yaml"
+    path.write_text(yaml.safe_dump(dict(cfg.__dict__)))
+    assert run_cli(module.main, argv=[str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "is being written: another run" in err
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lock.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
+    with caplog.at_level(logging.WARNING):
+        assert run_cli(module.main, argv=[str(path)]) == 0
+    assert "taking over a stale lock" in caplog.text and not lock.exists()

@@ -178,3 +178,69 @@ def test_evaluate_config_validation():
         EvaluateAdaptedConfig(recall_ks=[0])
     with pytest.raises(ValueError, match="unknown \\['other'\\]"):
         EvaluateAdaptedConfig(iter_retgen_retrievers=["other"])
+
+
+def test_rows_log_torn_inside_a_multibyte_character(world, tmp_path):
+    """The shared RecordLog repairs a row cut inside "北" (a kill mid-write) and the builder redoes only that row."""
+    qcfg, cfg = _configs(tmp_path / "d")
+    build(qcfg, cfg, models=_models(world))
+    log = tmp_path / "d" / "rows.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    row = json.loads(lines[4])
+    torn = (json.dumps({**row, "y1": "北京 " + row["y1"]}, ensure_ascii=False) + "\n").encode()
+    log.write_bytes(b"".join(lines[:4]) + torn[:torn.index("北".encode()) + 1])
+    assert [r["question_id"] for r in read_rows(log)] == [json.loads(line)["question_id"] for line in lines[:4]]
+    models = _models(world)
+    assert build(qcfg, cfg, models=models)[1]["built_this_run"] == 1
+    assert models[2].seen == [row["question"]]
+
+
+def _lock(folder: Path, pid: int) -> None:
+    import socket
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / ".lock").write_text(json.dumps({"pid": pid, "host": socket.gethostname()}))
+
+
+def test_locked_output_folder_fails_in_one_line_and_stale_lock_is_taken_over(world, tmp_path, capsys, caplog):
+    import logging
+    import os
+    import subprocess
+    import sys
+
+    from data_builders.retrieval_adapt import main
+    from inference.config import run_cli
+
+    out = tmp_path / "d"
+    _lock(out, os.getppid())  # a live process holds the folder
+    assert run_cli(main, argv=["--out", str(out), "--end", "3", "--show_progress", "false"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "is being written" in err and err.count("\n") == 1
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]  # nothing written
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _lock(out, dead.pid)
+    qcfg, cfg = _configs(out)
+    with caplog.at_level(logging.WARNING):
+        assert build(qcfg, cfg, models=_models(world))[1]["built_this_run"] == 5
+    assert "taking over a stale lock" in caplog.text and not (out / ".lock").exists()
+
+
+def test_dataset_is_replaced_whole_or_not_at_all(world, tmp_path, monkeypatch):
+    """A kill while dataset/ is saved leaves the previous dataset loadable and no staging folder behind."""
+    from datasets import DatasetDict, load_from_disk
+
+    qcfg, cfg = _configs(tmp_path / "d")
+    build(qcfg, cfg, models=_models(world))
+    before = load_from_disk(str(tmp_path / "d" / "dataset"))["train"]["question_id"]
+
+    def killed(self, path, **kw):
+        (Path(path) / "dataset_dict.json").write_text("{")  # a partial write, then the kill
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DatasetDict, "save_to_disk", killed)
+    with pytest.raises(KeyboardInterrupt):
+        build(qcfg, cfg, models=_models(world))
+    assert load_from_disk(str(tmp_path / "d" / "dataset"))["train"]["question_id"] == before
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["config.yaml", "dataset", "rows.jsonl",
+                                                                   "stats.json"]
