@@ -10,7 +10,6 @@ An input is ``PATH`` (format detected) or ``FORMAT:PATH`` with a format of
 
 from __future__ import annotations
 
-import argparse
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 from data_builders.readers import CORPUS_FORMATS, QA_FORMATS, read_corpus, write_passages_jsonl
 from data_builders.readers_common import make_passage, norm_ws
 from data_builders.schema import DataError, Passage, QAExample
+from inference.config import OneLineArgumentParser
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ def parse_input(spec: str) -> tuple[Path, str | None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="python -m data_builders.corpus",
         description="Pool passages and the paragraphs question files ship into one canonical corpus JSONL.",
     )
@@ -143,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         specs += [(args.shared_data / rel, fmt) for rel, fmt in SHARED_CORPUS_INPUTS]
     if not specs:
         parser.error("give at least one input or --shared-data")
+    if args.output.is_dir():  # checked before the inputs are read, which can take minutes
+        parser.error(f"-o {args.output} is a folder; name the JSONL file to write")
     try:
         sources = []
         for path, fmt in specs:
@@ -151,7 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         passages, stats = pool_corpus_with_stats(sources)
     except DataError as e:
         parser.exit(2, f"error: {e}\n")
-    write_passages_jsonl(passages, args.output)
+    try:
+        write_passages_jsonl(passages, args.output)
+    except OSError as e:
+        parser.exit(2, f"error: cannot write {args.output}: {e.strerror or e}\n")
     print(
         f"{stats.kept:>7} passages written to {args.output} "
         f"({stats.seen} read, {stats.duplicates} duplicates merged, {stats.empty} empty dropped)"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -116,11 +117,17 @@ def write_passages_jsonl(passages: Iterable[Passage], path: str | Path) -> Path:
 
 
 def _write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
+    """Written beside and renamed into place: an interrupted write never leaves half a file under ``path``."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    with p.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(tmp, p)
+    finally:
+        tmp.unlink(missing_ok=True)
     return p
 
 
@@ -216,6 +223,8 @@ def _sniff_tsv(path: Path) -> str | None:
 def detect_format(path: str | Path) -> str:
     """Guess a file's format from its extension and the shape of its first record."""
     p = existing_file(path)
+    if p.stat().st_size == 0:
+        raise DataError("empty file", source=str(p))
     fmt = None
     if p.suffix in (".tsv", ".txt", ".csv"):
         fmt = _sniff_tsv(p)

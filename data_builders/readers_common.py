@@ -65,11 +65,13 @@ def existing_file(path: str | Path) -> Path:
 
 
 def _read_text(path: Path) -> str:
+    data = path.read_bytes()
     try:
         # utf-8-sig: tolerate a byte-order mark, which some Windows-edited files carry.
-        return path.read_text(encoding="utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise DataError(f"not UTF-8 ({e.reason} at byte {e.start})", source=str(path)) from e
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DataError(f"not UTF-8 ({e.reason} at byte {e.start})", source=f"{path}, line {line}") from e
 
 
 def iter_jsonl(path: str | Path) -> Iterator[Record]:
@@ -106,21 +108,60 @@ def load_json_records(path: str | Path) -> list[Record]:
     return [(Loc(str(p)), data)]
 
 
-def iter_tsv(path: str | Path, header: bool = True) -> Iterator[tuple[Loc, list[str], list[str] | None]]:
-    """Yield ``(loc, row, header)`` for each data row of a tab-separated file.
+def _not_utf8(p: Path) -> DataError:
+    """The error for a file that failed to decode, naming the first bad line (found by a second, binary pass:
+    the text pass decodes in blocks and cannot tell the line)."""
+    with p.open("rb") as f:
+        for n, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return DataError(f"not UTF-8 ({e.reason} at byte {e.start} of the line)", source=f"{p}, line {n}")
+    return DataError("not UTF-8", source=str(p))
 
-    Uses ``csv`` (not line splitting): fields may be quoted and may hold tabs or odd newlines.
+
+def iter_tsv(path: str | Path, header: bool = True) -> Iterator[tuple[Loc, list[str], list[str] | None]]:
+    """Yield ``(loc, row, header)`` for each data row of a tab-separated file; ``loc.line`` is the row's line.
+
+    Uses ``csv`` quoting, as DPR wrote ``psgs_w100.tsv``: a field may be quoted to hold tabs, with its inner
+    quotes doubled (``"Aaron ( or ; ""Ahärôn"")"``). A record is one line in every format read here, so a quote
+    that opens a field and does not close on its line (which ``csv`` would let run on, swallowing the lines
+    after it into one field) is an error naming the line where that record starts.
     """
     p = existing_file(path)
+    try:
+        yield from _tsv_rows(p, header)
+    except UnicodeDecodeError:
+        raise _not_utf8(p) from None
+
+
+def _tsv_rows(p: Path, header: bool) -> Iterator[tuple[Loc, list[str], list[str] | None]]:
+    names: list[str] | None = None
     with p.open(encoding="utf-8-sig", newline="") as f:
         reader = csv.reader(f, delimiter="\t")
-        names = next(reader, None) if header else None
-        if header and names is None:
-            raise DataError("empty file, expected a header row", source=str(p))
-        for row in reader:
+        while True:
+            start = reader.line_num + 1
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as e:  # e.g. a run-on quoted field past csv's field size limit
+                raise DataError(f"not a tab-separated record ({e}); a stray quote (\") at the start of a field?",
+                                source=f"{p}, line {start}") from e
+            # a quote left open runs on over the next lines, or (on the last line) keeps the line's end
+            if reader.line_num > start or (row and ("\n" in row[-1] or "\r" in row[-1])):
+                end = f" and runs on to line {reader.line_num}" if reader.line_num > start else ""
+                raise DataError(f"a field opens a quote (\") that does not close on its line{end}; quote the whole "
+                                "field and double the quotes inside it, or remove the stray quote",
+                                source=f"{p}, line {start}")
+            if header and names is None:
+                names = row
+                continue
             if not any(cell.strip() for cell in row):
                 continue
-            yield Loc(str(p), line=reader.line_num), row, names
+            yield Loc(str(p), line=start), row, names
+    if header and names is None:
+        raise DataError("empty file, expected a header row", source=str(p))
 
 
 # Tokens in a file or folder name that identify a dataset, for ``metadata["source"]`` of formats
@@ -239,6 +280,10 @@ def collect(parsed: Iterable[Parsed], source: str, limit: int | None = None) -> 
             examples.append(item.example)
     for reason, n in skipped.items():
         logger.warning("%s: skipped %d records (%s)", source, n, reason)
+    if not examples and (limit is None or limit > 0):
+        # an empty input is a mistake (a wrong file, a failed export), never a run over zero questions
+        why = "; ".join(f"{n} records skipped: {reason}" for reason, n in skipped.items()) or "it holds no records"
+        raise DataError(f"no questions ({why})", source=source)
     return examples
 
 
@@ -262,4 +307,7 @@ def dedup_by_id(items: Iterable[tuple[Loc, Passage]], source: str) -> list[Passa
         logger.warning("%s: skipped %d passages with empty text", source, empty)
     if repeats:
         logger.info("%s: %d repeated passages merged", source, repeats)
+    if not seen:
+        why = f"all {empty} have empty text" if empty else "it holds no records"
+        raise DataError(f"no passages ({why})", source=source)
     return [p for _, p in seen.values()]

@@ -7,6 +7,8 @@
 
 Writes ``predictions.jsonl`` (one provenance record per question), ``metrics.json`` and ``config.yaml`` into
 ``output_dir``. A rerun with the same folder resumes: questions already in predictions are never run again.
+Everything the user names (questions, index, model, device, output folder) is checked before any model loads or
+anything is written; the run holds a lock on ``output_dir``, so a second run into the same folder stops at once.
 Methods: the dynamic-RAG methods (:mod:`inference.methods`), ``iter-retgen``, and ADAPT-LLM's gate with its
 baselines ``adapt-llm`` / ``nr`` / ``ar`` / ``popularity`` (:mod:`inference.gate_eval`, knobs ``--gate_rule``,
 ``--ret_threshold``, ``--popularity_threshold``, ``--gate_k``, ``--gate_inner`` ...).
@@ -19,14 +21,16 @@ import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-import yaml
-
-from inference.config import ConfigError, config_dict, parse_config, run_cli, save_config
+from data_builders.record_log import RecordLog, check_same_settings
+from data_builders.schema import QAExample
+from inference.config import config_dict, parse_config, run_cli, save_config, write_atomic
 from inference.engine import EngineConfig
+from inference.eval_folder import locked_output, read_done, read_done_everywhere
 from inference.gate_eval import GATE_METHODS, GateMethodConfig, check_examples, gate_runner, inner_method
 from inference.methods import MethodConfig
+from inference.metrics import NORMALISATIONS, Normalisation
 from inference.prompts import PromptConfig
 from inference.scoring import summarise
 
@@ -49,48 +53,27 @@ class EvalConfig:
     chunk_size: int = 64  # questions per chunk; results are flushed to disk after each chunk
     world_seed: int = 0
     show_progress: bool = True
+    answer_normalisation: Normalisation = field(default="official", metadata={
+        "help": "EM/F1 normalisation: official (SQuAD v1.1 / HotpotQA scripts) or robust (also Unicode punctuation)"})
 
     def __post_init__(self):
+        from inference.models import DType
+
         if self.chunk_size <= 0 or (self.limit is not None and self.limit <= 0):
             raise ValueError("chunk_size and limit must be positive")
-
-
-def read_done(out: Path) -> dict[str, dict[str, Any]]:
-    """Records already written by any process (resume), keyed by question id; a torn last line is dropped."""
-    done: dict[str, dict[str, Any]] = {}
-    for path in sorted(out.glob("predictions*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # the line an interrupted write left half-written; that question runs again
-            done[rec["id"]] = rec
-    return done
+        if self.start < 0:
+            raise ValueError(f"start must be >= 0, got {self.start}")
+        if self.dtype not in get_args(DType):
+            raise ValueError(f"dtype must be one of {', '.join(get_args(DType))}, got {self.dtype!r}")
+        if self.answer_normalisation not in NORMALISATIONS:
+            raise ValueError(f"answer_normalisation must be one of {', '.join(NORMALISATIONS)}, "
+                             f"got {self.answer_normalisation!r}")
 
 
 # Settings that only choose which questions run, or how: a resumed folder may differ in these.
-RESUMABLE_CHANGES = frozenset({"start", "limit", "output_dir", "chunk_size", "show_progress", "device"})
-
-
-def check_same_settings(saved: Path, current: dict[str, Any]) -> None:
-    """Refuse to resume into a folder whose predictions came from other settings (one metrics file, one config)."""
-    if not saved.is_file():
-        return
-    old = yaml.safe_load(saved.read_text()) or {}
-    changed = sorted(k for k in current if k not in RESUMABLE_CHANGES and k in old and old[k] != current[k])
-    if changed:
-        diff = ", ".join(f"{k}: {old[k]!r} -> {current[k]!r}" for k in changed[:5])
-        raise ConfigError(f"{saved.parent} holds predictions made with other settings ({diff}); "
-                          "use a new --output_dir, or delete the folder to start again")
-
-
-def drop_torn_tail(path: Path) -> None:
-    """Cut a half-written last line (an interrupted run) so that appended records start on a line of their own."""
-    if not path.is_file():
-        return
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        path.write_bytes(data[: data.rfind(b"\n") + 1])
+# answer_normalisation only changes scoring, which is recomputed from all predictions at the end.
+RESUMABLE_CHANGES = frozenset({"start", "limit", "output_dir", "chunk_size", "show_progress", "device",
+                               "answer_normalisation"})
 
 
 def make_runner(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig,
@@ -104,7 +87,7 @@ def make_runner(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, eng
     # Under `accelerate launch` each process takes its own GPU (cuda:0, cuda:1, ...), not all cuda:0.
     device = str(PartialState().device) if cfg.device == "auto" else cfg.device
     model, tokenizer = load_causal_lm(cfg.model, ModelOptions(dtype=cfg.dtype, device=device))
-    retriever = None if method.trigger == "never" else load_eval_retriever(
+    retriever = None if not needs_retrieval(method) else load_eval_retriever(
         cfg.index, cfg.dataset, query_encoder=cfg.query_encoder, world_seed=cfg.world_seed)
     if method.method not in GATE_METHODS:
         return method_runner(model, tokenizer, retriever, method, prompt, engine)
@@ -153,64 +136,120 @@ def iter_retgen_runner(model, tokenizer, retriever, method: MethodConfig, prompt
     return run
 
 
-def evaluate(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig,
-             gate: GateMethodConfig | None = None) -> dict[str, Any]:
-    from accelerate import PartialState
-    from tqdm.auto import tqdm
+def needs_retrieval(method: MethodConfig) -> bool:
+    return method.trigger != "never"
 
-    from inference.eval_data import load_examples
-    from inference.metrics import extract_answer
 
-    state = PartialState()
-    gate = gate or GateMethodConfig()
-    out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def check_inputs(cfg: EvalConfig, method: MethodConfig) -> list[QAExample]:
+    """The questions to run, after checking everything the user named; nothing loads and nothing is written."""
+    from inference.eval_checks import check_output_dir
+    from inference.eval_data import check_index_given, load_examples
+
+    check_output_dir(cfg.output_dir)
     examples = load_examples(cfg.dataset, fmt=cfg.dataset_format, start=cfg.start, limit=cfg.limit,
                              world_seed=cfg.world_seed)
-    ids = [e.id for e in examples]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"dataset {cfg.dataset} has duplicate question ids; resume needs unique ids")
     check_examples(method, examples, cfg.dataset)
-    done = read_done(out)
-    if done:
-        check_same_settings(out / "config.yaml", config_dict(cfg, method, prompt, engine, gate))
-    todo = [e for e in examples if e.id not in done][state.process_index::state.num_processes]
-    if state.is_main_process:
-        save_config(out / "config.yaml", cfg, method, prompt, engine, gate)
-        print(f"{len(examples)} questions, {len(done)} already done, {len(todo)} to run here")
-    shard = out / (f"predictions.rank{state.process_index}.jsonl" if state.num_processes > 1 else "predictions.jsonl")
-    drop_torn_tail(shard)
-    if todo:
-        run = make_runner(cfg, method, prompt, engine, gate)
-        bar = tqdm(total=len(todo), desc=method.method, disable=not (cfg.show_progress and state.is_main_process))
+    check_index_given(cfg.index, cfg.dataset, needs_retrieval(method))
+    check_resources(cfg, method)
+    return examples
+
+
+def check_resources(cfg: EvalConfig, method: MethodConfig) -> None:
+    """The model, the index folder and the device exist (small files only: nothing is loaded twice)."""
+    from inference.eval_checks import check_device, check_index_folder, check_model_name
+
+    if needs_retrieval(method) and cfg.index:
+        check_index_folder(cfg.index, cfg.query_encoder)
+    check_model_name(cfg.model)
+    check_device(cfg.device)
+
+
+def evaluate(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig,
+             gate: GateMethodConfig | None = None) -> dict[str, Any]:
+    import torch
+    from accelerate import PartialState
+
+    # cpu=True where there is no CUDA: processes started by torchrun then form one CPU (gloo) group instead of
+    # each believing it runs alone (and all writing one predictions file)
+    state = PartialState(cpu=not torch.cuda.is_available())
+    gate = gate or GateMethodConfig()
+    method = method.resolved(cfg.dataset, prompt.demos)  # dataset-dependent profile values, recorded in config.yaml
+    examples = check_inputs(cfg, method)
+    out = Path(cfg.output_dir)
+    with locked_output(out, state):
+        done = read_done_everywhere(out, state)
+        if done:
+            check_same_settings(out / "config.yaml", config_dict(cfg, method, prompt, engine, gate),
+                                RESUMABLE_CHANGES, what="predictions")
+        todo = [e for e in examples if e.id not in done][state.process_index::state.num_processes]
+        # the model loads before config.yaml is written: a model that fails to load leaves no folder behind
+        run = make_runner(cfg, method, prompt, engine, gate) if todo else None
+        if state.is_main_process:
+            save_config(out / "config.yaml", cfg, method, prompt, engine, gate)
+            print(f"{len(examples)} questions, {len(done)} already done, {len(todo)} to run here")
+        shard = out / (f"predictions.rank{state.process_index}.jsonl" if state.num_processes > 1
+                       else "predictions.jsonl")
+        if run is not None:
+            saved = len(done) if state.num_processes == 1 else None  # others' counts are not known here
+            run_chunks(run, todo, RecordLog(shard, key="id"), cfg, method, state, saved, len(examples))
+        state.wait_for_everyone()
+        if not state.is_main_process:
+            return {}
+        return write_metrics(out, examples, cfg, method, gate)
+
+
+def run_chunks(run, todo: list[QAExample], log: RecordLog, cfg: EvalConfig, method: MethodConfig, state,
+               saved: int | None, total: int) -> None:
+    """Run the questions chunk by chunk; each chunk's records are durable before the next chunk starts. Ctrl-C
+    ends in a message saying how many questions are saved where (``saved``: how many were before this run)."""
+    from tqdm.auto import tqdm
+
+    from inference.metrics import extract_answer
+
+    written = 0
+    bar = tqdm(total=len(todo), desc=method.method, disable=not (cfg.show_progress and state.is_main_process))
+    try:
         for s in range(0, len(todo), cfg.chunk_size):
             chunk = todo[s:s + cfg.chunk_size]
             records = run(chunk)
-            with shard.open("a", encoding="utf-8") as f:
-                for rec in records:
-                    rec["answer"] = extract_answer(rec["output"] or "")
-                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            for rec in records:
+                rec["answer"] = extract_answer(rec["output"] or "")
+            log.append(records)
+            written += len(records)
             bar.update(len(chunk))
+    except KeyboardInterrupt:
+        count = f"{saved + written} of {total}" if saved is not None else f"{written} more of the {total}"
+        raise KeyboardInterrupt(f"{count} questions are saved in {log.path}; rerun the same command to resume "
+                                "(saved questions are not run again)") from None
+    finally:
         bar.close()
-    state.wait_for_everyone()
-    if not state.is_main_process:
-        return {}
-    records = [r for i, r in read_done(out).items() if i in set(ids)]
-    metrics = summarise(records, dataset=cfg.dataset)
+
+
+def write_metrics(out: Path, examples: list[QAExample], cfg: EvalConfig, method: MethodConfig,
+                  gate: GateMethodConfig) -> dict[str, Any]:
+    wanted = {e.id for e in examples}
+    records = [r for i, r in read_done(out).items() if i in wanted]
+    metrics = summarise(records, normalisation=cfg.answer_normalisation)
     metrics.update({"method": method.method, "model": cfg.model, "dataset": cfg.dataset})
     if method.method in GATE_METHODS:
         metrics["gate_inner"] = gate.gate_inner
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    write_atomic(out / "metrics.json", json.dumps(metrics, indent=2))
     print(json.dumps(metrics, indent=2))
     return metrics
 
 
 def main(argv: list[str] | None = None) -> None:
-    configs = parse_config((EvalConfig, MethodConfig, PromptConfig, EngineConfig, GateMethodConfig), argv,
-                           prog="python -m inference.evaluate")
+    from inference import sweep
+
+    types = (EvalConfig, MethodConfig, PromptConfig, EngineConfig, GateMethodConfig)
+    if sweep.is_sweep_recipe(argv):  # a YAML with `sweep:`: one evaluation per grid point (inference/sweep.py)
+        sweep.main(argv, types, evaluate)
+        return
+    configs = parse_config(types, argv, prog="python -m inference.evaluate")
     evaluate(*configs)
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    sys.exit(run_cli(main))
+    sys.exit(run_cli(main, resume_hint="predictions.jsonl in the output folder keeps every finished chunk; rerun "
+                                       "the same command to resume"))

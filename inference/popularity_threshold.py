@@ -19,24 +19,59 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+from data_builders.schema import DataError
 from inference.adapt_gate import GateConfig, GateRecord, format_table, redecide, summarize
+from inference.config import OneLineArgumentParser
 
 PAPER_THRESHOLD = 707_000.0
 
 
+# What every record needs here: the three answers redecide() picks from, the popularity the threshold tunes on.
+REQUIRED_FIELDS: dict[str, tuple[type, ...]] = {
+    "question_id": (str, int), "question": (str,), "answers": (list,), "popularity": (int, float),
+    "parametric_output": (str,), "closed_book_output": (str,), "context_output": (str,)}
+
+
 def read_records(path: str | Path) -> list[GateRecord]:
+    """The records of a sweep evaluation; a record lacking a field this tool needs is a :class:`DataError`
+    naming the file, the line and the field."""
+    path = Path(path)
     names = {f.name for f in fields(GateRecord)}
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise DataError(f"not UTF-8 ({err.reason})", source=f"{path}, line {line}") from None
     records = []
-    with Path(path).open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{line_no}: not JSON ({err.msg})") from None
-            records.append(GateRecord(**{k: v for k, v in row.items() if k in names}))
+    for line_no, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        where = f"{path}, line {line_no}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(f"not JSON ({err.msg}, column {err.colno})", source=where) from None
+        check_record(row, where)
+        records.append(GateRecord(**{k: v for k, v in row.items() if k in names}))
+    if not records:
+        raise DataError("no records", source=str(path))
     return records
+
+
+def check_record(row: Any, where: str) -> None:
+    if not isinstance(row, dict):
+        raise DataError(f"expected a JSON object, got {type(row).__name__}", source=where)
+    for key, types in REQUIRED_FIELDS.items():
+        value = row.get(key)
+        if value is None:
+            raise DataError("missing (this tool reads the records.jsonl of an ADAPT-LLM 'sweep' evaluation)",
+                            source=where, field=key)
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise DataError(f"expected {' or '.join(t.__name__ for t in types)}, got {type(value).__name__}",
+                            source=where, field=key)
+    if not all(isinstance(a, str) for a in row["answers"]):
+        raise DataError("expected a list of strings", source=where, field="answers")
 
 
 def tune_threshold(records: Sequence[GateRecord], cfg: GateConfig | None = None) -> tuple[float, float]:
@@ -90,7 +125,8 @@ def _slice(text: str) -> slice:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m inference.popularity_threshold",
+                                   description=__doc__.splitlines()[0])
     parser.add_argument("records", help="records.jsonl of an ADAPT-LLM sweep evaluation")
     parser.add_argument("--tune", type=_slice, default=slice(0, 700), help="START:STOP of the tuning slice")
     parser.add_argument("--test", type=_slice, default=slice(700, 1000), help="START:STOP of the reported slice")
@@ -103,19 +139,22 @@ def main(argv: list[str] | None = None) -> None:
     try:
         records = read_records(args.records)
         if args.test.stop > len(records) or args.tune.stop > len(records):
-            raise ValueError(f"{args.records} has {len(records)} records; the slices need "
-                             f"{max(args.test.stop, args.tune.stop)}")
+            raise DataError(f"has {len(records)} records; the slices need {max(args.test.stop, args.tune.stop)}",
+                            source=args.records)
         result = report(records, args.tune, args.test, GateConfig(gate_rule=args.gate_rule,
                                                                   ret_threshold=args.ret_threshold))
-    except (ValueError, TypeError) as err:
+    except DataError as err:
         parser.exit(2, f"error: {err}\n")
     print(f"popularity threshold tuned on {args.tune.start}-{args.tune.stop - 1}: {result['threshold']:,.0f} "
           f"(accuracy there {result['tune_accuracy']:.3f})")
     print(f"questions {args.test.start}-{args.test.stop - 1}:")
     print(result["table"])
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({k: v for k, v in result.items() if k != "table"}, indent=2) + "\n")
+        try:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps({k: v for k, v in result.items() if k != "table"}, indent=2) + "\n")
+        except OSError as err:
+            parser.exit(2, f"error: cannot write --json {args.json}: {err.strerror or err}\n")
 
 
 if __name__ == "__main__":

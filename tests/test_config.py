@@ -72,3 +72,61 @@ def test_every_path_readme_names_exists():
     assert paths
     missing = [p for p in paths if not (ROOT / p).exists()]
     assert not missing, f"README names missing paths: {missing}"
+
+
+def test_yaml_error_is_one_line_with_line_and_column(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("kind: dense\n  batch_size: 8\n")  # a bad indent: PyYAML's message spans four lines
+    with pytest.raises(ConfigError) as err:
+        parse_config((IndexConfig,), [str(cfg)])
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{cfg}, line 2, column 13: not valid YAML (")
+    cfg.write_text("kind: [dense\n")
+    with pytest.raises(ConfigError, match=r"line 2, column 1: not valid YAML"):
+        parse_config((IndexConfig,), [str(cfg)])
+
+
+def test_flag_mistakes_are_one_line(capsys):
+    def main(argv):
+        parse_config((IndexConfig,), argv, prog="python -m x")
+
+    assert run_cli(main, argv=["--batch_size", "many"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: argument --batch_size/--batch-size: invalid int value: 'many' (see python -m x --help)"
+
+
+def test_ctrl_c_is_one_line_and_exit_130(capsys):
+    def main(argv):
+        raise KeyboardInterrupt
+
+    try:
+        code = run_cli(main)
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped run_cli as a traceback")
+    assert code == 130
+    assert capsys.readouterr().err.strip() == ("interrupted: what was written so far is kept; rerun the same command "
+                                               "to resume")
+    assert run_cli(main, resume_hint="nothing is saved; rerun to start again") == 130
+    assert capsys.readouterr().err.strip() == "interrupted: nothing is saved; rerun to start again"
+
+    def main_that_says_what_it_kept(argv):
+        raise KeyboardInterrupt("3 of 9 questions are saved in out/predictions.jsonl")
+
+    assert run_cli(main_that_says_what_it_kept) == 130
+    assert capsys.readouterr().err.strip() == "interrupted: 3 of 9 questions are saved in out/predictions.jsonl"
+
+
+def test_run_cli_catches_a_locked_folder_and_path_mistakes(tmp_path, capsys):
+    from data_builders.record_log import FolderInUseError
+
+    def locked(argv):
+        raise FolderInUseError("runs/x is being written: another run (PID 7) holds it")
+
+    def into_a_file(argv):
+        (tmp_path / "f").write_text("x")
+        (tmp_path / "f" / "sub").mkdir()
+
+    assert run_cli(locked) == 2 and "PID 7" in capsys.readouterr().err
+    assert run_cli(into_a_file) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1

@@ -65,7 +65,8 @@ def _write(path: Path, text: str) -> Path:
 
 
 def _mini_shared(root: Path) -> Path:
-    """A tiny stand-in for shared/data with one record in each file pooled_shared_corpus reads."""
+    """A tiny stand-in for shared/data with one record in each file pooled_shared_corpus reads (each ships at
+    least one passage: a file that ships none is an error; some repeat another file's, to be merged)."""
     para = {"title": "Shared", "paragraph_text": "Shared paragraph.", "is_supporting": True}
     files = {
         "hotpotqa/dev_subsampled.jsonl": {
@@ -85,9 +86,10 @@ def _mini_shared(root: Path) -> Path:
         "musique/migres/musique.json": {"id": "2hop__1", "question": "q?", "answer": "a", "paragraphs": [para]},
         "strategyqa/migres/strategyQA_aug_context.jsonl": {"title": "S", "para_index": 1, "contents": "Strategy."},
         "squad/dev-v1.1.json": {"data": [{"title": "Sq", "paragraphs": [{"context": "Squad ctx.", "qas": []}]}]},
-        "squad/test-v1.1.json": {"data": []},
+        "squad/test-v1.1.json": {"data": [{"title": "Sq", "paragraphs": [{"context": "Squad  ctx.", "qas": []}]}]},
         "popqa/hipporag2_subset_via_NeuroPath/popqa.json": [
-            {"id": 0, "question": "q?", "possible_answers": '["a"]', "s_pop": 1, "paragraphs": []}
+            {"id": 0, "question": "q?", "possible_answers": '["a"]', "s_pop": 1,
+             "paragraphs": [{"title": "W", "text": "Wiki sentence.", "is_supporting": True}]}
         ],
         "wiki_corpus/sample_data.jsonl": {"id": "0", "contents": '"Evan"\nEvan text.'},
         "wiki_corpus/2wikimultihopqa_corpus.json": [
@@ -139,6 +141,20 @@ def test_cli_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["-o", str(tmp_path / "o.jsonl")])
     assert "give at least one input" in capsys.readouterr().err
+
+
+def test_cli_mistakes_are_one_line_and_write_nothing(tmp_path, capsys):
+    tsv = _write(tmp_path / "psgs.tsv", "id\ttext\ttitle\np1\tAlpha text.\tAlpha\n")
+    header_only = _write(tmp_path / "empty.tsv", "id\ttext\ttitle\n")
+    out = tmp_path / "out.jsonl"
+    for argv, message in [([str(tsv), "-o", str(tmp_path)], "is a folder; name the JSONL file"),
+                          ([str(tsv)], "the following arguments are required: -o/--output"),
+                          ([f"dpr_tsv:{header_only}", "-o", str(out)], "empty.tsv: no passages")]:
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        err = capsys.readouterr().err.strip()
+        assert exc.value.code == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert not out.exists()
 
 
 def test_cli_help_runs_as_module():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from data_builders.readers import write_qa_jsonl
-from data_builders.schema import Passage, QAExample
+from data_builders.schema import DataError, Passage, QAExample
 from inference import evaluate as ev
 from inference.engine import EngineConfig
 from inference.methods import MethodConfig
@@ -19,6 +19,14 @@ from inference.scoring import summarise
 from inference.trace import render
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def fake_index(tmp_path: Path) -> str:
+    """A folder that passes the index check; the fake runners never open it."""
+    folder = tmp_path / "index"
+    folder.mkdir(exist_ok=True)
+    (folder / "meta.json").write_text('{"kind": "bm25"}')
+    return str(folder)
 
 
 def fake_runner(calls):
@@ -36,8 +44,8 @@ def test_evaluate_writes_and_resumes(tmp_path, monkeypatch):
     write_qa_jsonl([QAExample(f"q{i}", f"Question {i}?", [f"ans {i}"]) for i in range(5)], data)
     calls: list[str] = []
     monkeypatch.setattr(ev, "make_runner", lambda *a: fake_runner(calls))
-    cfg = ev.EvalConfig(dataset=str(data), index="unused", output_dir=str(tmp_path / "out"), chunk_size=2, limit=3,
-                        show_progress=False)
+    cfg = ev.EvalConfig(dataset=str(data), index=fake_index(tmp_path), output_dir=str(tmp_path / "out"), chunk_size=2,
+                        limit=3, show_progress=False)
     metrics = ev.evaluate(cfg, MethodConfig(method="sr-rag"), PromptConfig(), EngineConfig())
     assert calls == ["q0", "q1", "q2"] and metrics["n"] == 3 and metrics["em"] == 1.0
     assert metrics["retrieval_calls"] == 1.0 and metrics["llm_forward_passes"] == 3
@@ -51,7 +59,7 @@ def test_evaluate_writes_and_resumes(tmp_path, monkeypatch):
     assert sorted(set(ids)) == ["q0", "q1", "q2", "q3", "q4"]
     assert (tmp_path / "out" / "config.yaml").is_file() and (tmp_path / "out" / "metrics.json").is_file()
     # the same folder with other settings would mix two configurations in one metrics file: refused
-    with pytest.raises(ev.ConfigError, match="theta: 0.8 -> 1.5"):
+    with pytest.raises(DataError, match="theta: 0.8 -> 1.5"):
         ev.evaluate(cfg, MethodConfig(method="sr-rag", theta=1.5), PromptConfig(), EngineConfig())
     assert calls == ["q0", "q1", "q2", "q2", "q3", "q4"]
 
@@ -63,7 +71,7 @@ def test_summarise_metrics():
              "seconds": 3.0}]
     m = summarise(recs)
     assert m["em"] == 0.5 and m["retrieval_calls"] == 1.0 and m["seconds_per_question"] == 2.0
-    assert m["yes_no_em"] == 0.5
+    assert m["yes_no_em"] == 0.0 and m["n_yes_no"] == 1  # over the one yes/no question only
 
 
 def test_evaluate_cli_user_errors(tmp_path):

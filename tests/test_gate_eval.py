@@ -57,8 +57,16 @@ def world(tmp_path, monkeypatch):
     return stubs
 
 
+def index_dir(tmp_path) -> str:
+    """A folder that passes the evaluate command's index check; the stubbed retriever never opens it."""
+    folder = tmp_path / "index"
+    folder.mkdir(exist_ok=True)
+    (folder / "meta.json").write_text('{"kind": "bm25"}')
+    return str(folder)
+
+
 def run(tmp_path, data, method: str, name: str = "out", limit: int | None = None, **gate):
-    cfg = ev.EvalConfig(dataset=str(data), index="unused", output_dir=str(tmp_path / name), chunk_size=3,
+    cfg = ev.EvalConfig(dataset=str(data), index=index_dir(tmp_path), output_dir=str(tmp_path / name), chunk_size=3,
                         limit=limit, show_progress=False)
     metrics = ev.evaluate(cfg, MethodConfig(method=method), PromptConfig(), EngineConfig(), GateMethodConfig(**gate))
     lines = (tmp_path / name / "predictions.jsonl").read_text().splitlines()
@@ -114,17 +122,19 @@ def test_user_errors_are_one_line(tmp_path, world, capsys):
     plain = tmp_path / "plain.jsonl"
     write_qa_jsonl([QAExample("a", "Question a?", ["Paris"]), QAExample("b", "Question b?", ["Lyon"])], plain)
     config = tmp_path / "pop.yaml"
-    config.write_text(yaml.safe_dump({"method": "popularity", "dataset": str(plain), "index": "unused",
+    config.write_text(yaml.safe_dump({"method": "popularity", "dataset": str(plain), "index": index_dir(tmp_path),
                                       "output_dir": str(tmp_path / "o1"), "show_progress": False}))
     assert run_cli(ev.main, argv=[str(config)]) == 2
     err = capsys.readouterr().err
     assert "popularity" in err and "2 of 2" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     world["tokenizer"] = PlainTokenizer()
-    argv = ["--method", "adapt-llm", "--dataset", str(world["data"]), "--index", "unused", "--output_dir",
+    argv = ["--method", "adapt-llm", "--dataset", str(world["data"]), "--index", index_dir(tmp_path), "--output_dir",
             str(tmp_path / "o2"), "--show_progress", "false"]
     assert run_cli(ev.main, argv=argv) == 2
     err = capsys.readouterr().err
     assert "<RET>" in err and "stub-base" in err and len(err.strip().splitlines()) == 1
+    # neither failed run leaves a folder that a rerun would take for a resume
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
     with pytest.raises(ValueError, match="gate_inner"):
         GateMethodConfig(gate_inner="adapt-llm")
     with pytest.raises(ValueError, match="ret_threshold"):
@@ -156,7 +166,7 @@ def test_gate_wraps_inner_method(tmp_path, world, monkeypatch, inner):
         return lambda examples: (seen.extend(e.id for e in examples), runner(examples))[1]
 
     monkeypatch.setattr(ev, "method_runner", spy)
-    cfg = ev.EvalConfig(dataset=str(world["data"]), index="unused", output_dir=str(tmp_path / inner),
+    cfg = ev.EvalConfig(dataset=str(world["data"]), index=index_dir(tmp_path), output_dir=str(tmp_path / inner),
                         show_progress=False)
     method = MethodConfig(method="adapt-llm", theta=0.0, max_rounds=1, top_k=2, iterations=2)
     metrics = ev.evaluate(cfg, method, PromptConfig(), EngineConfig(max_new_tokens=6, batch_size=2),

@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 import pytest
 
+from data_builders.schema import DataError
 from inference.adapt_gate import GateRecord
 from inference.popularity_threshold import main, read_records, report, tune_threshold
 
@@ -61,6 +62,41 @@ def test_cli_reads_records_and_rejects_bad_input(tmp_path, capsys):
     (tmp_path / "bad.jsonl").write_text('{"question_id": "q0"\n')
     with pytest.raises(SystemExit) as err:
         main([str(tmp_path / "bad.jsonl"), "--tune", "0:1", "--test", "0:1"])
-    assert err.value.code == 2 and "bad.jsonl:1" in capsys.readouterr().err
+    assert err.value.code == 2 and "bad.jsonl, line 1: not JSON" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([str(tmp_path / "missing.jsonl")])
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"context_output": None}, "line 2, field 'context_output': missing"),
+    ({"popularity": None}, "line 2, field 'popularity': missing"),
+    ({"answers": "paris"}, "line 2, field 'answers': expected list, got str"),
+    ({"answers": [1]}, "line 2, field 'answers': expected a list of strings"),
+    ({"popularity": "high"}, "line 2, field 'popularity': expected int or float, got str"),
+])
+def test_records_missing_fields_name_file_line_and_field(tmp_path, capsys, change, message):
+    rows = [asdict(r) for r in RECORDS]
+    rows[1] = {k: v for k, v in {**rows[1], **change}.items() if v is not None}
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DataError, match=message.replace("(", r"\(")):
+        read_records(path)
+    with pytest.raises(SystemExit) as err:
+        main([str(path), "--tune", "0:2", "--test", "2:4"])
+    out = capsys.readouterr().err.strip()
+    assert err.value.code == 2 and out.startswith(f"error: {path}, {message}") and len(out.splitlines()) == 1
+
+
+def test_other_bad_files_are_one_line(tmp_path, capsys):
+    path = tmp_path / "records.jsonl"
+    for content, message in [(b"", "no records"), (b"[1, 2]\n", "line 1: expected a JSON object, got list"),
+                             (b'{"question_id": "\xff"}\n', "line 1: not UTF-8")]:
+        path.write_bytes(content)
+        with pytest.raises(SystemExit) as err:
+            main([str(path), "--tune", "0:1", "--test", "0:1"])
+        out = capsys.readouterr().err.strip()
+        assert err.value.code == 2 and message in out and len(out.splitlines()) == 1, out
+    with pytest.raises(SystemExit) as err:
+        main([str(path), "--tune", "7"])
+    out = capsys.readouterr().err.strip()
+    assert err.value.code == 2 and out.startswith("error: argument --tune: expected START:STOP") and "\n" not in out

@@ -312,6 +312,62 @@ def test_dpr_passage_tsv(tmp_path, caplog):
         read_corpus(path, format="dpr_tsv")
 
 
+def test_dpr_passage_tsv_stray_quote_names_the_line_where_the_record_starts(tmp_path):
+    path = tmp_path / "psgs_w100.tsv"
+    # a quote opening the text of passage 2 and closing inside passage 4's: csv reads lines 3-5 as one record of
+    # three columns, which passed silently (passages 3 and 4 swallowed into 2's text) and was reported as line 5
+    path.write_text('id\ttext\ttitle\n1\tfine\tA\n2\t"stray\tB\n3\tgone\tC\n4\tend" of it\tD\n5\tok\tE\n',
+                    encoding="utf-8")
+    with pytest.raises(DataError, match=r"psgs_w100\.tsv, line 3: a field opens a quote .* runs on to line 5"):
+        read_corpus(path, format="dpr_tsv")
+    path.write_text('id\ttext\ttitle\r\n1\tfine\tA\r\n2\tx\t"B\r\n', encoding="utf-8")  # open at the end
+    with pytest.raises(DataError, match=r"line 3: a field opens a quote \(\"\) that does not close on its line;"):
+        read_corpus(path, format="dpr_tsv")
+    path.write_text('id\ttext\ttitle\n1\t"a\tb ""c"""\tA\n2\tin"side\tB\n', encoding="utf-8")  # DPR's quoting
+    assert [(p.id, p.text) for p in read_corpus(path)] == [("1", 'a\tb "c"'), ("2", 'in"side')]
+
+
+def test_tsv_not_utf8_names_the_line(tmp_path):
+    path = tmp_path / "psgs_w100.tsv"
+    path.write_bytes("id\ttext\ttitle\n1\tfine\tA\n2\tZürich\tB\n".encode("latin-1"))
+    with pytest.raises(DataError, match=r"psgs_w100\.tsv, line 3: not UTF-8 \(invalid start byte at byte 3 of"):
+        read_corpus(path, format="dpr_tsv")
+    jsonl = tmp_path / "qa.jsonl"
+    jsonl.write_bytes(b'{"id": "1", "question": "q?", "answers": ["a"]}\n{"id": "\xff"}\n')
+    with pytest.raises(DataError, match=r"qa\.jsonl, line 2: not UTF-8"):
+        read_qa(jsonl)
+
+
+def test_inputs_with_no_records_are_errors_naming_the_file(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(DataError, match=r"empty\.jsonl: no questions \(it holds no records\)"):
+        read_qa(empty, format="qa_jsonl")
+    with pytest.raises(DataError, match=r"empty\.jsonl: no questions"):
+        read_qa_jsonl(empty)
+    with pytest.raises(DataError, match=r"empty\.jsonl: no passages"):
+        read_passages_jsonl(empty)
+    with pytest.raises(DataError, match=r"empty\.jsonl: empty file"):
+        read_qa(empty)
+    with pytest.raises(DataError, match=r"list\.json: no questions"):
+        read_qa(write_json(tmp_path / "list.json", []), format="qa_json")
+    header_only = tmp_path / "psgs_w100.tsv"
+    header_only.write_text("id\ttext\ttitle\n\n")
+    with pytest.raises(DataError, match=r"psgs_w100\.tsv: no passages \(it holds no records\)"):
+        read_corpus(header_only)
+    popqa = tmp_path / "popQA.tsv"
+    popqa.write_text("id\tquestion\tpossible_answers\ts_pop\n")
+    with pytest.raises(DataError, match=r"popQA\.tsv: no questions"):
+        read_qa(popqa, format="popqa_tsv")
+    blank = write_jsonl(tmp_path / "blank.jsonl", [{"id": "a", "text": " "}, {"id": "b", "text": ""}])
+    with pytest.raises(DataError, match=r"blank\.jsonl: no passages \(all 2 have empty text\)"):
+        read_corpus(blank)
+    v2 = write_json(tmp_path / "dev-v2.0.json", _squad([{"id": "s", "question": "?", "answers": [],
+                                                          "is_impossible": True}]))
+    with pytest.raises(DataError, match=r"no questions \(1 records skipped: unanswerable"):
+        read_qa(v2)
+
+
 # ---- processed formats of shared/data ----------------------------------------------------------
 
 
