@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 from data_builders.adapt_prompts import PromptVariant, never_retrieve_prompt, response_text
 from data_builders.record_log import FolderLock, RecordLog
 from data_builders.schema import DataError, QAExample
+from inference.progress import bar_options
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,8 @@ def answer_closed_book(examples: Sequence[QAExample], answer_fn: ClosedBookFn, p
         todo = list({ex.id: ex for ex in todo}.values())  # a repeated id is asked once
         if answers:
             logger.info("%s: %d answers found, %d questions left", p, len(examples) - len(todo), len(todo))
-        with tqdm(total=len(todo), desc="closed-book answers", unit="q", disable=not show_progress) as bar:
+        with tqdm(total=len(todo), desc="closed-book answers", unit="q",
+                  **bar_options(disable=not show_progress)) as bar:
             for start in range(0, len(todo), batch_size):
                 batch = todo[start:start + batch_size]
                 outputs = answer_fn(batch)

@@ -36,11 +36,12 @@ from data_builders.retrieval_adapt_io import append_rows, read_rows, row_stats, 
 from data_builders.schema import QAExample
 from inference.config import ConfigError, config_dict, parse_config, run_cli, save_config
 from inference.iter_retgen_prompts import PromptStyle
+from inference.wandb_logging import check_report_to, log_run
 
 logger = logging.getLogger(__name__)
 
 # Fields that change speed, not content: a resumed run may change them.
-RUNTIME_FIELDS = frozenset({"gen_batch_size", "rerank_batch_size", "batch_size", "show_progress"})
+RUNTIME_FIELDS = frozenset({"gen_batch_size", "rerank_batch_size", "batch_size", "show_progress", "report_to"})
 
 
 @dataclass
@@ -69,12 +70,14 @@ class RetrievalAdaptDataConfig:
     split_seed: int = 0
     batch_size: int = 16  # questions per resumable chunk
     show_progress: bool = True
+    report_to: str = "none"  # wandb: log the resolved config and stats (offline without an API key)
 
     def __post_init__(self) -> None:
         if self.num_candidates < 2:
             raise ValueError(f"num_candidates must be >= 2 (a distribution needs two), got {self.num_candidates}")
         if not 0.0 <= self.validation_fraction < 1.0:
             raise ValueError(f"validation_fraction must be in [0, 1), got {self.validation_fraction}")
+        check_report_to(self.report_to)
         for name in ("k", "max_new_tokens", "gen_batch_size", "rerank_batch_size", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -187,6 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     _, stats = build(qcfg, cfg)
     print(json.dumps(stats, indent=2))
+    log_run(cfg.report_to, job="retrieval-adapt-data", name=Path(cfg.out).name, config=config_dict(qcfg, cfg),
+            metrics=stats)
     print(f"wrote {cfg.out}/dataset in {time.perf_counter() - start:.1f}s")
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
+import yaml
+
 from data_builders.record_log import RecordLog, check_same_settings
 from data_builders.schema import QAExample
 from inference.config import config_dict, parse_config, run_cli, save_config, write_atomic
@@ -33,6 +35,7 @@ from inference.methods import MethodConfig
 from inference.metrics import NORMALISATIONS, Normalisation
 from inference.prompts import PromptConfig
 from inference.scoring import summarise
+from inference.wandb_logging import check_report_to, log_run
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +58,9 @@ class EvalConfig:
     show_progress: bool = True
     answer_normalisation: Normalisation = field(default="official", metadata={
         "help": "EM/F1 normalisation: official (SQuAD v1.1 / HotpotQA scripts) or robust (also Unicode punctuation)"})
+    report_to: str = field(default="none", metadata={
+        "help": "wandb: log config, metrics and a predictions table (offline without an API key); none: off"})
+    run_name: str | None = field(default=None, metadata={"help": "wandb run name (default: the output folder)"})
 
     def __post_init__(self):
         from inference.models import DType
@@ -65,6 +71,7 @@ class EvalConfig:
             raise ValueError(f"start must be >= 0, got {self.start}")
         if self.dtype not in get_args(DType):
             raise ValueError(f"dtype must be one of {', '.join(get_args(DType))}, got {self.dtype!r}")
+        check_report_to(self.report_to)
         if self.answer_normalisation not in NORMALISATIONS:
             raise ValueError(f"answer_normalisation must be one of {', '.join(NORMALISATIONS)}, "
                              f"got {self.answer_normalisation!r}")
@@ -73,7 +80,7 @@ class EvalConfig:
 # Settings that only choose which questions run, or how: a resumed folder may differ in these.
 # answer_normalisation only changes scoring, which is recomputed from all predictions at the end.
 RESUMABLE_CHANGES = frozenset({"start", "limit", "output_dir", "chunk_size", "show_progress", "device",
-                               "answer_normalisation"})
+                               "answer_normalisation", "report_to", "run_name"})
 
 
 def make_runner(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig,
@@ -205,9 +212,11 @@ def run_chunks(run, todo: list[QAExample], log: RecordLog, cfg: EvalConfig, meth
     from tqdm.auto import tqdm
 
     from inference.metrics import extract_answer
+    from inference.progress import bar_options
 
     written = 0
-    bar = tqdm(total=len(todo), desc=method.method, disable=not (cfg.show_progress and state.is_main_process))
+    bar = tqdm(total=len(todo), desc=method.method,
+               **bar_options(disable=not (cfg.show_progress and state.is_main_process)))
     try:
         for s in range(0, len(todo), cfg.chunk_size):
             chunk = todo[s:s + cfg.chunk_size]
@@ -235,6 +244,8 @@ def write_metrics(out: Path, examples: list[QAExample], cfg: EvalConfig, method:
         metrics["gate_inner"] = gate.gate_inner
     write_atomic(out / "metrics.json", json.dumps(metrics, indent=2))
     print(json.dumps(metrics, indent=2))
+    log_run(cfg.report_to, job="evaluate", name=cfg.run_name or out.name, folder=out,
+            config=yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8")), metrics=metrics, records=records)
     return metrics
 
 

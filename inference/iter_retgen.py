@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from data_builders.schema import QAExample
 from inference.iter_retgen_prompts import Prompt, PromptStyle, build_prompt
 from inference.metrics import aggregate, extract_answer, score
+from inference.progress import bar_options
 from retrieval_adapt.base import Hit, Retriever
 
 
@@ -154,7 +155,8 @@ class IterRetGen:
     def run(self, examples: list[QAExample], *, show_progress: bool = False) -> list[IterRetGenRecord]:
         records = [IterRetGenRecord(ex.id, ex.question, list(ex.answers)) for ex in examples]
         previous: list[str | None] = [None] * len(examples)
-        for _ in tqdm(range(self.config.iterations), desc="iter-retgen", unit="iter", disable=not show_progress):
+        for _ in tqdm(range(self.config.iterations), desc="iter-retgen", unit="iter",
+                      **bar_options(disable=not show_progress)):
             for rec, it in zip(records, self.step(examples, previous)):
                 rec.iterations.append(it)
             previous = [rec.iterations[-1].output for rec in records]

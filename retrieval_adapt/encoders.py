@@ -10,6 +10,7 @@ import torch
 from tqdm.auto import tqdm
 
 from inference.models import load_encoder, resolve_model
+from inference.progress import bar_options
 
 
 def mean_pool(last_hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -68,7 +69,7 @@ class MeanPoolingEncoder(torch.nn.Module):
         order = np.argsort([-len(t) for t in texts], kind="stable")
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         starts = range(0, len(texts), batch_size)
-        for s in tqdm(starts, desc="encoding", disable=not show_progress, unit="batch"):
+        for s in tqdm(starts, desc="encoding", unit="batch", **bar_options(inner=True, disable=not show_progress)):
             idx = order[s:s + batch_size]
             out[idx] = self.forward([texts[i] for i in idx]).float().cpu().numpy()
         self.train(was_training)

@@ -22,6 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from data_builders.schema import Passage
+from inference.progress import bar_options
 
 LLMScore = Literal["answer_logprob", "yes_logprob"]
 
@@ -51,7 +52,8 @@ class Reranker:
         pairs = [(item, p) for item in items for p in item.passages]
         flat: list[float] = []
         starts = range(0, len(pairs), self.batch_size)
-        for s in tqdm(starts, desc="re-ranking", unit="batch", disable=not self.show_progress):
+        for s in tqdm(starts, desc="re-ranking", unit="batch",
+                      **bar_options(inner=True, disable=not self.show_progress)):
             flat.extend(self._score_pairs(pairs[s:s + self.batch_size]))
         out, pos = [], 0
         for item in items:

@@ -34,6 +34,7 @@ import json
 import logging
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import yaml
@@ -89,6 +90,12 @@ def main(argv: list[str] | None = None) -> None:
     dsd = build_data(data_cfg, state)
     timings["data_s"] = time.time() - start
     state.print(f"Algorithm 1 data: train {len(dsd['train'])}, validation {len(dsd['validation'])} instances")
+    if state.is_main_process and train_cfg.report_to == "wandb":
+        from inference.wandb_logging import log_run
+
+        stats = json.loads((Path(data_cfg.data_dir) / "stats.json").read_text())
+        log_run("wandb", job="algorithm1", name=Path(data_cfg.data_dir).name, config=asdict(data_cfg),
+                metrics={k: v for k, v in stats.items() if k != "by_group"})
 
     t = time.time()
     metrics = train_adapt(data_cfg, train_cfg, dsd, extra_configs=(eval_cfg,))

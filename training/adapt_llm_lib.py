@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import shutil
 from contextlib import nullcontext
 from dataclasses import asdict
@@ -35,6 +34,7 @@ from data_builders.adapt_llm import AdaptDataConfig
 from data_builders.adapt_prompts import RET_TOKEN
 from data_builders.artifact_cards import write_adapter_card
 from data_builders.record_log import FolderLock
+from inference.wandb_logging import configure_wandb
 from training.adapt_llm_checkpoints import (  # noqa: F401  (RESUME_KEYS: re-exported)
     RESUME_KEYS,
     SessionClock,
@@ -176,17 +176,6 @@ def sft_config(cfg: AdaptTrainConfig, processes: int, has_eval: bool):
         eval_steps=cfg.eval_steps if evaluate else None, report_to=cfg.report_to, run_name=cfg.run_name,
         seed=cfg.train_seed, dataloader_num_workers=0, disable_tqdm=False,
     )
-
-
-def configure_wandb(report_to: str) -> None:
-    """wandb only when asked, and never an interactive login prompt: offline unless a key is configured."""
-    if "wandb" not in report_to:
-        return
-    netrc = Path.home() / ".netrc"
-    has_key = bool(os.environ.get("WANDB_API_KEY")) or (netrc.is_file() and "api.wandb.ai" in netrc.read_text())
-    if not has_key:
-        os.environ.setdefault("WANDB_MODE", "offline")
-        logger.info("wandb: no API key configured, logging offline (wandb sync later)")
 
 
 def check_adapter(output_dir: str | Path, cfg: AdaptTrainConfig,
