@@ -2,8 +2,9 @@
 
 One question at a time: ``model.generate`` for a round, then a second full forward pass over prompt + generated
 text with eager attention to get RIND's attention rows, and (when retrieval fires) another full pass for QFS.
-The decisions use exactly the engine's functions (``check_trigger``, ``form_query``) evaluated at the same
-points (each sentence end, with the rows available at that point), so greedy outputs can be compared one to one.
+The decisions use exactly the engine's functions (``check_trigger``, ``form_query``, the progress guarantee, the
+paper prompt's stop, either DRAGIN profile) evaluated at the same points (each sentence end, with the rows
+available at that point), so greedy outputs can be compared one to one.
 """
 
 from __future__ import annotations
@@ -14,18 +15,21 @@ import time
 import torch
 
 from data_builders.schema import QAExample
-from inference.engine import ANSWER_MARKER, stop_token_ids
+from inference.engine import ANSWER_MARKER, qfs_eligible, stop_token_ids
 from inference.methods import MethodConfig, RoundView, check_trigger, form_query
 from inference.prompts import PromptBuilder
 from inference.text_units import TokenText, ends_sentence
+from inference.tokenization import prompt_ids
 from retrieval_adapt.base import Retriever
 
 
 class ReferenceDragin:
     def __init__(self, model, tokenizer, retriever: Retriever, prompts: PromptBuilder, method: MethodConfig,
-                 max_new_tokens: int):
+                 max_new_tokens: int, head_reduce: str = "mean"):
         self.model, self.tokenizer, self.retriever = model, tokenizer, retriever
-        self.prompts, self.method, self.max_new_tokens = prompts, method, max_new_tokens
+        self.prompts, self.max_new_tokens, self.head_reduce = prompts, max_new_tokens, head_reduce
+        self.method = method.resolved(prompts.cfg.demos)
+        self.per_head = self.method.keeps_heads(head_reduce)
         # The reference asks a plain model for attentions: an eager copy (the engine's model keeps SDPA).
         self.eager = type(model)(copy.deepcopy(model.config)).eval()
         self.eager.load_state_dict(model.state_dict())
@@ -35,65 +39,91 @@ class ReferenceDragin:
         self.forward_passes = 0
 
     @torch.no_grad()
-    def _attention_rows(self, ids: list[int], prompt_len: int) -> list[torch.Tensor]:
-        """A second, full forward pass: last-layer attention rows of the generated tokens, heads averaged."""
+    def _attention_rows(self, ids: list[int], prompt_len: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """A second, full forward pass: last-layer attention rows of the generated tokens and of the last prompt
+        position, per head or heads reduced as the engine keeps them."""
         out = self.eager(input_ids=torch.tensor([ids]), output_attentions=True)
         self.forward_passes += 1
-        att = out.attentions[-1][0].float().mean(dim=0)  # (T, T)
-        return [att[prompt_len + j, : prompt_len + j + 1] for j in range(len(ids) - prompt_len)]
+        att = out.attentions[-1][0].float()  # (H, T, T)
+        if not self.per_head:
+            att = att.mean(dim=0) if self.head_reduce == "mean" else att.amax(dim=0)
+        rows = [att[..., prompt_len + j, : prompt_len + j + 1] for j in range(len(ids) - prompt_len)]
+        return rows, att[..., prompt_len - 1, :prompt_len]
 
     @torch.no_grad()
-    def _generate(self, prompt_ids: list[int], budget: int):
-        out = self.model.generate(torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids),
-                                  dtype=torch.long), max_new_tokens=budget, do_sample=False, output_scores=True,
+    def _generate(self, prompt: list[int], budget: int):
+        out = self.model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                  max_new_tokens=budget, do_sample=False, output_scores=True,
                                   return_dict_in_generate=True, pad_token_id=self.tokenizer.pad_token_id,
                                   eos_token_id=sorted(self.stop_ids))
         self.forward_passes += len(out.scores)
         gen, probs, entropies = [], [], []
-        for tok, logits in zip(out.sequences[0, len(prompt_ids):].tolist(), out.scores):
+        for tok, logits in zip(out.sequences[0, len(prompt):].tolist(), out.scores):
             if tok in self.stop_ids:
-                return gen, probs, entropies, True
+                return gen, probs, entropies
             logp = torch.log_softmax(logits[0].float(), dim=-1)
             gen.append(tok)
             probs.append(float(logp[tok].exp()))
             entropies.append(float(-(logp.exp() * logp).sum()))
-        return gen, probs, entropies, False
+        return gen, probs, entropies
+
+    def _search(self, query: str, retrievals: list[dict]) -> list:
+        docs = [h.passage for h in self.retriever.search([query], self.method.top_k)[0]]
+        retrievals.append({"query": query, "doc_ids": [d.id for d in docs]})
+        return docs
 
     def run_one(self, example: QAExample) -> dict:
-        prior, docs, retrievals, rounds = "", [], [], 0
+        m = self.method
+        prior, docs, retrievals, after_retrieval = "", [], [], False
+        if m.retrieves_first and m.max_rounds > 0:
+            docs = self._search(example.question, retrievals)
         while True:
             prompt = self.prompts.build(example.question, docs, prior)
-            enc = self.tokenizer(prompt.text, add_special_tokens=False, return_offsets_mapping=True)
-            ids, offsets = enc["input_ids"], enc["offset_mapping"]
-            q0, q1 = prompt.question_span
-            eligible = [(q0 <= a and b <= q1) or a >= prompt.prior_start for a, b in offsets]
+            ids, offsets = prompt_ids(self.tokenizer, prompt.text, offsets=True)
+            eligible = qfs_eligible(offsets, prompt.question_span, prompt.prior_start)
             budget = max(1, self.max_new_tokens - len(self.tokenizer.encode(prior, add_special_tokens=False)))
-            gen, probs, entropies, _ = self._generate(ids, budget)
-            rounds += 1
-            rows = self._attention_rows(ids + gen, len(ids)) if gen else []
+            gen, probs, entropies = self._generate(ids, budget)
             pieces = self.text.pieces(gen)
-            view = RoundView(example.question, [], [], [], [], self.text.pieces(ids), eligible)
-            event, keep = None, len(gen)
+            stop = self.prompts.stop_index("".join(pieces))
+            if stop is not None:  # the engine's rule: a new "Question:" ends the answer
+                pos, keep_n = 0, len(gen)
+                for i, piece in enumerate(pieces):
+                    pos += len(piece)
+                    if pos > stop:
+                        keep_n = i
+                        break
+                gen, pieces, probs, entropies = gen[:keep_n], pieces[:keep_n], probs[:keep_n], entropies[:keep_n]
+            rows, prompt_row = self._attention_rows(ids + gen, len(ids)) if gen else ([], None)
+            docs_round = after_retrieval and bool(docs) and m.docs_for_next_sentence_only
+            view = RoundView(example.question, [], [], [], [], self.text.pieces(ids), eligible,
+                             after_retrieval=after_retrieval, prompt_row=prompt_row, head_reduce=self.head_reduce)
+            after_retrieval = False
+            event, keep, final = None, len(gen), True
             for n in range(1, len(gen) + 1):
                 view.pieces, view.probs, view.entropies, view.rows = pieces[:n], probs[:n], entropies[:n], rows[:n]
                 nxt = pieces[n] if n < len(gen) else ""
                 sentence_end = ends_sentence(view.text, nxt)
                 final = n == len(gen) or (sentence_end and bool(ANSWER_MARKER.search(prior + view.text)))
-                if len(retrievals) < self.method.max_rounds and rounds <= self.method.max_rounds:
-                    event = check_trigger(view, self.method, sentence_end=sentence_end, final=final)
+                if docs_round and (sentence_end or final):
+                    keep = n
+                    break
+                if len(retrievals) < m.max_rounds:
+                    event = check_trigger(view, m, sentence_end=sentence_end, final=final)
                 if event is not None or final:
                     keep = event.keep if event is not None else n
                     break
                 if sentence_end:
                     view.checked = n
             prior += self.tokenizer.decode(gen[:keep], skip_special_tokens=True)
+            if docs_round and not final:  # the documents served their sentence: go on without them
+                docs = []
+                continue
             if event is None:
                 return {"id": example.id, "output": prior.strip(), "retrievals": retrievals}
-            if self.method.query == "qfs":  # the reference runs one more pass for the query's attention row
-                view.rows = self._attention_rows(ids + gen[: event.token + 1], len(ids))
-            query = form_query(view, event, self.method)
-            docs = [h.passage for h in self.retriever.search([query], self.method.top_k)[0]]
-            retrievals.append({"query": query, "doc_ids": [d.id for d in docs]})
+            if m.query == "qfs":  # the reference runs one more pass for the query's attention rows
+                view.rows, view.prompt_row = self._attention_rows(ids + gen, len(ids))
+            docs = self._search(form_query(view, event, m), retrievals)
+            after_retrieval = True
 
     def run(self, examples: list[QAExample]) -> tuple[list[dict], float]:
         start = time.perf_counter()

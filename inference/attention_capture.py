@@ -3,7 +3,10 @@
 One attention function is registered with transformers' ``AttentionInterface`` and serves every layer: layers
 without a capture buffer (all but the last) and prefill steps take the fast SDPA path; the last layer, during
 one-token decode steps, runs the eager computation ``softmax(QKᵀ·scale + mask)`` and keeps the row of the
-newest query, heads aggregated (mean or max), shape (B, kv_len). Prompt rows are never materialised.
+newest query, heads aggregated (mean or max: shape (B, kv_len)) or kept per head (``"none"``: (B, H, kv_len), which
+DRAGIN's reference code needs: it takes the max over query rows per head before averaging heads). A prefill also
+keeps the row of its last prompt position (one extra query row, not the prompt's matrix): that row chose the first
+generated token, and the reference QFS reads the row of the position before each hit word.
 """
 
 from __future__ import annotations
@@ -16,17 +19,25 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 ATTN_NAME = "last_layer_capture"
-HeadReduce = Literal["mean", "max"]
+HeadReduce = Literal["mean", "max", "none"]
 
 
 class CaptureBuffer:
-    """Holds the most recent decode-step attention row of the last layer: (B, kv_len), heads aggregated."""
+    """Holds the last layer's most recent decode-step attention row ((B, kv_len), or (B, H, kv_len) with
+    ``reduce="none"``) and the last prompt position's row of the most recent prefill (same layout)."""
 
     def __init__(self, reduce: HeadReduce = "mean"):
-        if reduce not in ("mean", "max"):
-            raise ValueError(f"head reduction must be 'mean' or 'max', got '{reduce}'")
+        if reduce not in ("mean", "max", "none"):
+            raise ValueError(f"head reduction must be 'mean', 'max' or 'none', got '{reduce}'")
         self.reduce = reduce
         self.row: torch.Tensor | None = None
+        self.prefill_row: torch.Tensor | None = None
+
+    def reduced(self, weights: torch.Tensor) -> torch.Tensor:
+        """(B, H, K) attention weights -> what this buffer keeps."""
+        if self.reduce == "mean":
+            return weights.mean(dim=1)
+        return weights.amax(dim=1) if self.reduce == "max" else weights
 
 
 def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -37,22 +48,28 @@ def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     return x[:, :, None].expand(b, h, n_rep, t, d).reshape(b, h * n_rep, t, d)
 
 
+def _last_query_weights(query, key, attention_mask, scaling) -> torch.Tensor:
+    """Eager attention weights of the last query position: (B, H, K), float32."""
+    k = _repeat_kv(key, query.shape[1] // key.shape[1])
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    scores = torch.matmul(query[:, :, -1:].float(), k.float().transpose(2, 3)) * scale  # (B, H, 1, K)
+    if attention_mask is not None:
+        mask = attention_mask[:, :, -1:, : k.shape[-2]]
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool else scores + mask
+    return torch.softmax(scores, dim=-1)[:, :, 0, :]
+
+
 def capture_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     buffer: CaptureBuffer | None = getattr(module, "signal_capture", None)
     if buffer is None or query.shape[2] != 1:
+        if buffer is not None:  # prefill: SDPA for the output, one eager row for the last prompt position
+            buffer.prefill_row = buffer.reduced(_last_query_weights(query, key, attention_mask, scaling))
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
                                       **kwargs)
-    n_rep = query.shape[1] // key.shape[1]
-    k, v = _repeat_kv(key, n_rep), _repeat_kv(value, n_rep)
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    scores = torch.matmul(query.float(), k.float().transpose(2, 3)) * scale  # (B, H, 1, K)
-    if attention_mask is not None:
-        mask = attention_mask[:, :, :, : k.shape[-2]]
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool else scores + mask
-    weights = torch.softmax(scores, dim=-1)  # (B, H, 1, K), float32
-    row = weights[:, :, 0, :]
-    buffer.row = row.mean(dim=1) if buffer.reduce == "mean" else row.amax(dim=1)
-    out = torch.matmul(weights.to(v.dtype), v)  # (B, H, 1, D)
+    weights = _last_query_weights(query, key, attention_mask, scaling)  # (B, H, K): the only query row
+    buffer.row = buffer.reduced(weights)
+    v = _repeat_kv(value, query.shape[1] // value.shape[1])
+    out = torch.matmul(weights[:, :, None, :].to(v.dtype), v)  # (B, H, 1, D)
     return out.transpose(1, 2).contiguous(), None
 
 

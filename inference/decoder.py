@@ -2,8 +2,9 @@
 
 For every generated token the decoder records: its id, its probability, the entropy of the full next-token
 distribution at the step that produced it, and the last layer's attention row of that token over all earlier
-positions (prompt included, left padding removed; heads aggregated). The row of token t_j is produced when t_j is
-fed back as input, so a sequence that ends on length is fed once more before it leaves.
+positions (prompt included, left padding removed; heads aggregated, or kept per head with ``reduce="none"``). The
+row of token t_j is produced when t_j is fed back as input, so a sequence that ends on length is fed once more
+before it leaves. The row of the last prompt position (the one that chose t_0) comes from the prefill.
 
 Sequences can be removed mid-flight (to retrieve) and new ones admitted: admitted prompts are prefilled as a
 batch of their own, then their KV cache is left-padded and concatenated with the running batch, so nobody waits.
@@ -22,7 +23,8 @@ from inference.attention_capture import CaptureBuffer, HeadReduce, install_captu
 
 @dataclass
 class Sequence:
-    """One generation in flight. ``rows[i]`` has length ``len(prompt_ids) + i + 1`` (diagonal included)."""
+    """One generation in flight. ``rows[i]`` covers ``len(prompt_ids) + i + 1`` positions (diagonal included; a
+    leading head axis when the decoder keeps heads); ``prompt_row`` is the last prompt position's row."""
 
     key: Any
     prompt_ids: list[int]
@@ -31,6 +33,7 @@ class Sequence:
     probs: list[float] = field(default_factory=list)
     entropies: list[float] = field(default_factory=list)
     rows: list[torch.Tensor] = field(default_factory=list)
+    prompt_row: torch.Tensor | None = None
     forward_passes: int = 0
     first_probs: dict[int, float] = field(default_factory=dict)  # watched token id -> probability at step 1
     closing: bool = False  # last token chosen; one more feed to get its row, then done
@@ -150,8 +153,12 @@ class BatchDecoder:
         logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # once: the choice and the watched tokens
         token, prob, entropy = _choice_from_logp(logp)
         watched = logp[:, list(self.watch_token_ids)].exp().tolist() if self.watch_token_ids else None
+        prefill_rows = self.buffer.prefill_row.float().cpu() if self.buffer is not None else None
+        real = mask.bool().cpu()
         for b, seq in enumerate(seqs):
             seq.forward_passes += 1
+            if prefill_rows is not None:
+                seq.prompt_row = prefill_rows[b][..., real[b]]
             if watched is not None:
                 seq.first_probs = dict(zip(self.watch_token_ids, watched[b]))
             self._record_choice(seq, int(token[b]), float(prob[b]), float(entropy[b]))
@@ -177,7 +184,7 @@ class BatchDecoder:
         for b, seq in enumerate(self.seqs):
             seq.forward_passes += 1
             if rows is not None:
-                seq.rows.append(rows[b][real[b]])
+                seq.rows.append(rows[b][..., real[b]])
             if seq.closing:
                 seq.done = True
                 continue

@@ -4,6 +4,10 @@ rest keep decoding.
 
 Per question it keeps a provenance record (FlashRAG-style): output, every retrieval (round, position, trigger
 score, query, document ids), LLM forward passes, generated tokens (kept and discarded), rounds.
+
+After a retrieval that a trigger fired, the round's first sentence is kept unchecked (the progress guarantee,
+:mod:`inference.methods`); with ``docs_scope: next_sentence`` (DRAGIN's reference code) that sentence is the whole
+round, and the next round is prompted without the documents.
 """
 
 from __future__ import annotations
@@ -17,11 +21,11 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from data_builders.schema import Passage, QAExample
-from inference import signals
 from inference.decoder import BatchDecoder, Sequence
-from inference.methods import MethodConfig, RoundView, check_trigger, form_query
+from inference.methods import Event, MethodConfig, RoundView, check_trigger, form_query, rind_words
 from inference.prompts import PromptBuilder
 from inference.text_units import TokenText, ends_sentence
+from inference.tokenization import prompt_ids
 from retrieval_adapt.base import Retriever
 
 ANSWER_MARKER = re.compile(r"the answer is", re.IGNORECASE)
@@ -55,6 +59,8 @@ class QuestionState:
     seq: Sequence | None = None
     prompt_ids: list[int] = field(default_factory=list)
     signals: list[dict[str, Any]] = field(default_factory=list)
+    after_retrieval: bool = False  # the next round follows a retrieval a trigger fired
+    docs_round: bool = False  # this round only writes the sentence the documents are for (docs_scope next_sentence)
 
     def record(self) -> dict[str, Any]:
         ex = self.example
@@ -73,34 +79,35 @@ class DynamicRAGEngine:
         self.prompts, self.method, self.cfg = prompts, method, cfg or EngineConfig()
         if method.trigger != "never" and retriever is None:
             raise ValueError(f"method '{method.method}' retrieves but no retriever was given")
+        self.method = method = method.resolved(getattr(prompts.cfg, "demos", None))
         self.text = TokenText(tokenizer)
         needs_rows = method.trigger == "rind" or method.query == "qfs"
-        self.decoder = BatchDecoder(model, tokenizer, reduce=self.cfg.head_reduce, capture=needs_rows,
-                                    stop_token_ids=stop_token_ids(tokenizer))
+        per_head = method.keeps_heads(self.cfg.head_reduce)
+        self.decoder = BatchDecoder(model, tokenizer, reduce="none" if per_head else self.cfg.head_reduce,
+                                    capture=needs_rows, stop_token_ids=stop_token_ids(tokenizer))
 
     # -- prompts ------------------------------------------------------------------------------------------
     def _start_round(self, state: QuestionState) -> Sequence:
         prompt = self.prompts.build(state.example.question, state.docs, state.prior)
-        enc = self.tokenizer(prompt.text, add_special_tokens=False, return_offsets_mapping=True)
-        ids = enc["input_ids"]
-        q0, q1 = prompt.question_span
-        offsets = enc.get("offset_mapping") or [(0, 0)] * len(ids)
-        # QFS may draw words from the question and the answer so far, never from demos, documents or template.
-        eligible = [(q0 <= a and b <= q1) or a >= prompt.prior_start for a, b in offsets]
+        ids, offsets = prompt_ids(self.tokenizer, prompt.text, offsets=True)
+        eligible = qfs_eligible(offsets, prompt.question_span, prompt.prior_start)
         budget = max(1, self.cfg.max_new_tokens - len(self.tokenizer.encode(state.prior, add_special_tokens=False)))
         seq = Sequence(key=state, prompt_ids=ids, max_new_tokens=budget)
         state.seq, state.prompt_ids, state.rounds = seq, ids, state.rounds + 1
-        state.view = RoundView(state.example.question, [], [], [], [], self.text.pieces(ids), eligible)
+        state.docs_round = state.after_retrieval and bool(state.docs) and self.method.docs_for_next_sentence_only
+        state.view = RoundView(state.example.question, [], [], [], [], self.text.pieces(ids), eligible,
+                               after_retrieval=state.after_retrieval, head_reduce=self.cfg.head_reduce)
+        state.after_retrieval = False
         return seq
 
     # -- main loop ----------------------------------------------------------------------------------------
     def run(self, examples: list[QAExample], *, show_progress: bool = True) -> list[dict[str, Any]]:
         states = [QuestionState(ex) for ex in examples]
         waiting: deque[QuestionState] = deque()
-        to_retrieve: list[tuple[QuestionState, str, float, int]] = []
+        to_retrieve: list[tuple[QuestionState, str, Event | None, int]] = []
         for st in states:
             if self.method.retrieves_first and self.method.max_rounds > 0:
-                to_retrieve.append((st, st.example.question, 0.0, 0))
+                to_retrieve.append((st, st.example.question, None, 0))
             else:
                 waiting.append(st)
         bar = tqdm(total=len(states), desc=self.method.method, disable=not show_progress, unit="q")
@@ -114,7 +121,7 @@ class DynamicRAGEngine:
                 self.decoder.admit([self._start_round(waiting.popleft()) for _ in range(min(room, len(waiting)))])
             else:
                 self.decoder.step()
-            finished, leaving = self._inspect(to_retrieve)
+            finished, leaving = self._inspect(to_retrieve, waiting)
             self.decoder.remove(finished + leaving)
             bar.update(len(finished))
         bar.close()
@@ -125,8 +132,9 @@ class DynamicRAGEngine:
             r["output_tokens"] = len(self.tokenizer.encode(r["output"] or "", add_special_tokens=False))
         return records
 
-    def _inspect(self, to_retrieve) -> tuple[list[Sequence], list[Sequence]]:
-        """After a step: sync each sequence's view, finish the done ones, pull out those whose trigger fired."""
+    def _inspect(self, to_retrieve, waiting) -> tuple[list[Sequence], list[Sequence]]:
+        """After a step: sync each sequence's view, finish the done ones, pull out those whose trigger fired, and
+        send back to the queue the rounds that only had to write the sentence their documents were for."""
         finished, leaving = [], []
         for seq in list(self.decoder.seqs):
             st: QuestionState = seq.key
@@ -134,28 +142,52 @@ class DynamicRAGEngine:
             n_fed = len(seq.rows) if self.decoder.buffer is not None else max(0, len(seq.gen_ids) - 1)
             if seq.done:
                 n_fed = len(seq.gen_ids)
-            view.pieces = self.text.pieces(seq.gen_ids[:n_fed])
-            view.probs, view.entropies, view.rows = seq.probs[:n_fed], seq.entropies[:n_fed], seq.rows[:n_fed]
             nxt = "" if seq.done else self.text.piece(seq.gen_ids[-1]) if len(seq.gen_ids) > n_fed else ""
+            pieces = self.text.pieces(seq.gen_ids[:n_fed])
+            stop = self.prompts.stop_index("".join(pieces))
+            if stop is not None:  # the model began a new few-shot "Question:": the answer ended before it
+                n_fed, nxt = _tokens_before(pieces, stop), ""
+                pieces = pieces[:n_fed]
+            view.pieces, view.prompt_row = pieces, seq.prompt_row
+            view.probs, view.entropies, view.rows = seq.probs[:n_fed], seq.entropies[:n_fed], seq.rows[:n_fed]
             sentence_end = ends_sentence(view.text, nxt) if view.pieces else False
-            final = seq.done or self._answer_complete(st, view.text, sentence_end)
+            final = seq.done or stop is not None or self._answer_complete(st, view.text, sentence_end)
+            if st.docs_round and (sentence_end or final):
+                self._end_docs_round(st, seq, final, finished, leaving, waiting)
+                continue
             event = None
-            if st.rounds <= self.method.max_rounds and len(st.retrievals) < self.method.max_rounds:
+            if len(st.retrievals) < self.method.max_rounds:
                 event = check_trigger(view, self.method, sentence_end=sentence_end, final=final)
             if event is not None:
                 query = form_query(view, event, self.method)
                 self._keep_signals(st, view, event.keep, event, query)
                 self._close_round(st, seq, keep=event.keep)
-                to_retrieve.append((st, query, event.score, len(self.tokenizer.encode(st.prior))))
+                st.after_retrieval = True
+                to_retrieve.append((st, query, event, len(self.tokenizer.encode(st.prior, add_special_tokens=False))))
                 leaving.append(seq)
             elif final:
-                self._keep_signals(st, view, len(view.pieces), None, None)
-                self._close_round(st, seq, keep=len(view.pieces))
-                st.output = st.prior.strip()
+                self._finish(st, seq, view)
                 finished.append(seq)
             elif sentence_end:
                 view.checked = len(view.pieces)
         return finished, leaving
+
+    def _end_docs_round(self, st: QuestionState, seq: Sequence, final: bool, finished, leaving, waiting) -> None:
+        """The sentence the documents were retrieved for is written: keep it unchecked; go on without them."""
+        if final:
+            self._finish(st, seq, st.view)
+            finished.append(seq)
+            return
+        self._keep_signals(st, st.view, len(st.view.pieces), None, None)
+        self._close_round(st, seq, keep=len(st.view.pieces))
+        st.docs, st.docs_round = [], False
+        leaving.append(seq)
+        waiting.append(st)
+
+    def _finish(self, st: QuestionState, seq: Sequence, view: RoundView) -> None:
+        self._keep_signals(st, view, len(view.pieces), None, None)
+        self._close_round(st, seq, keep=len(view.pieces))
+        st.output = st.prior.strip()
 
     def _answer_complete(self, st: QuestionState, text: str, sentence_end: bool) -> bool:
         return self.cfg.stop_after_answer and sentence_end and bool(ANSWER_MARKER.search(st.prior + text))
@@ -163,13 +195,12 @@ class DynamicRAGEngine:
     def _keep_signals(self, st: QuestionState, view: RoundView, keep: int, event, query: str | None) -> None:
         if not self.cfg.keep_signals:
             return
-        amax = signals.a_max(view.rows, len(view.prompt_pieces)) if view.rows else [0.0] * len(view.pieces)
-        words = signals.rind_word_scores(view.pieces, view.entropies, amax, entropy_agg=self.method.entropy_agg,
-                                         attention_agg=self.method.attention_agg)
+        words = rind_words(view, self.method)
         st.signals.append({
             "round": st.rounds, "kept_tokens": keep, "theta": self.method.theta,
             "words": [{"text": "".join(view.pieces[i] for i in w.tokens), "first_token": w.tokens[0],
-                       "entropy": w.entropy, "attention": w.attention, "content": w.content, "score": w.score,
+                       "entropy": w.entropy, "attention": w.attention, "content": w.content,
+                       "score": w.score if self.method.content_filter == "score" else w.unfiltered_score,
                        "min_prob": min(view.probs[i] for i in w.tokens)} for w in words],
             "trigger": None if event is None else {"token": event.token, "score": event.score, "query": query},
             "docs": [{"id": d.id, "title": d.title} for d in st.docs],
@@ -181,14 +212,34 @@ class DynamicRAGEngine:
         st.generated_tokens += len(seq.gen_ids)
         seq.done = True
 
-    def _retrieve(self, jobs: list[tuple[QuestionState, str, float, int]]) -> list[QuestionState]:
+    def _retrieve(self, jobs: list[tuple[QuestionState, str, Event | None, int]]) -> list[QuestionState]:
         """One batched search for every question that fired in this step; new documents replace the old."""
         hits = self.retriever.search([q for _, q, _, _ in jobs], self.method.top_k)
-        for (st, query, score, position), found in zip(jobs, hits):
+        for (st, query, event, position), found in zip(jobs, hits):
             st.docs = [h.passage for h in found]
-            st.retrievals.append({"round": st.rounds, "position": position, "trigger_score": score,
-                                  "query": query, "doc_ids": [p.id for p in st.docs]})
+            st.retrievals.append({"round": st.rounds, "position": position,
+                                  "trigger_score": 0.0 if event is None else event.score, "query": query,
+                                  "doc_ids": [p.id for p in st.docs],
+                                  **({"stopword_hits": True} if event is not None and event.stopword_hits else {})})
         return [st for st, _, _, _ in jobs]
+
+
+def qfs_eligible(offsets: list[tuple[int, int]], question_span: tuple[int, int], prior_start: int) -> list[bool]:
+    """Per prompt token: may QFS draw a word from it? Yes when its characters overlap the question, or lie in the
+    answer written so far; never demos, documents, template or an added BOS (an empty span). Overlap, not
+    containment: a word's token carries the space before it, which lies outside the question's span."""
+    q0, q1 = question_span
+    return [b > a and ((a < q1 and b > q0) or b > prior_start) for a, b in offsets]
+
+
+def _tokens_before(pieces: list[str], char: int) -> int:
+    """How many pieces end at or before character ``char`` of their joined text."""
+    pos = 0
+    for i, piece in enumerate(pieces):
+        pos += len(piece)
+        if pos > char:
+            return i
+    return len(pieces)
 
 
 def stop_token_ids(tokenizer) -> set[int]:

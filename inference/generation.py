@@ -39,13 +39,14 @@ def generate_texts(model, tokenizer, prompts: list[str], *, max_new_tokens: int 
     """
     from inference.decoder import BatchDecoder, Sequence
     from inference.engine import stop_token_ids
+    from inference.tokenization import batch_prompt_ids
 
     if batch_size < 1 or max_new_tokens < 1:
         raise ValueError(f"batch_size and max_new_tokens must be >= 1, got {batch_size} and {max_new_tokens}")
     watch_ids = {t: tokenizer.convert_tokens_to_ids(t) for t in watch_tokens}
     decoder = BatchDecoder(model, tokenizer, capture=False, stop_token_ids=stop_token_ids(tokenizer),
                            watch_token_ids=tuple(watch_ids.values()))
-    encoded = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    encoded = batch_prompt_ids(tokenizer, prompts)  # BOS once where the tokenizer adds one (Llama-2), none on SmolLM2
     queue = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))  # pop() takes the longest
     finished: dict[int, Sequence] = {}
     with tqdm(total=len(prompts), desc="generating", unit="prompt", disable=not show_progress) as bar:

@@ -11,6 +11,7 @@ Two styles:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -25,6 +26,8 @@ PromptStyle = Literal["chat", "paper"]
 
 CHAT_SYSTEM = "You are a helpful assistant. Answer questions with a short phrase, no explanation."
 CHAT_USER = "{context}Question: {question}\nAnswer with a short phrase."
+# A few-shot model that has answered goes on to invent the next demo: a new "Question:" line ends its answer.
+PAPER_STOP = re.compile(r"\n\s*Question:")
 
 
 @dataclass
@@ -68,6 +71,14 @@ class PromptBuilder:
         head = self._paper(question, docs) if self.cfg.prompt_style == "paper" else self._chat(question, docs)
         start = head.rfind(question)
         return Prompt(text=head + prior, question_span=(start, start + len(question)), prior_start=len(head))
+
+    def stop_index(self, generated: str) -> int | None:
+        """Where the answer in ``generated`` ends because the model started something the prompt style forbids
+        (the paper style: a new "Question:" line), or None."""
+        if self.cfg.prompt_style != "paper":
+            return None
+        found = PAPER_STOP.search(generated)
+        return None if found is None else found.start()
 
     def _chat(self, question: str, docs: list[Passage]) -> str:
         context = f"Context:\n{format_docs(docs)}\n" if docs else ""

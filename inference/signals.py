@@ -6,6 +6,10 @@ Definitions (SPEC.md, DRAGIN paper): for generated tokens t_1..t_n,
 * ``a_max(i) = max_{j>i} A[j, i]``: the most last-layer attention any later generated token pays to t_i;
 * ``s_i = 0`` when t_i's word is a stopword (or has no letter/digit), else 1;
 * ``S_RIND(t_i) = H_i · a_max(i) · s_i`` computed on words (sub-word pieces merged).
+
+DRAGIN's reference code (oneal2000/DRAGIN ``src/generate.py``, ``AttnWeightRAG``) differs in places; its variants are
+here too, each named ``..._reference``: per head the max over query rows (diagonal included) before the mean over
+heads, and QFS from the attention rows of the positions before the hit words, averaged over the hits.
 """
 
 from __future__ import annotations
@@ -56,6 +60,24 @@ def a_max(rows: list[torch.Tensor], prompt_len: int, n: int | None = None) -> to
     return out
 
 
+def a_max_reference(rows: list[torch.Tensor], prompt_len: int, n: int | None = None) -> torch.Tensor:
+    """The reference code's attention per generated token: per head ``max_{j>=i} rows[j][h, prompt_len + i]`` (the
+    token's own row included), then the mean over heads; 0 where no row covers the token.
+
+    ``rows[j]`` is generated token j's row per head, shape (H, prompt_len + j + 1). The reference takes this max
+    over a second forward pass of the generated text alone; here the rows come from generation itself, so each row's
+    softmax also covers the prompt (the columns read are the generated ones only).
+    """
+    n = len(rows) if n is None else n
+    if not rows:
+        return torch.zeros(n)
+    per_head = torch.zeros(rows[0].shape[0], n)
+    for j, row in enumerate(rows):
+        upto = min(j + 1, n)
+        per_head[:, :upto] = torch.maximum(per_head[:, :upto], row[:, prompt_len:prompt_len + upto])
+    return per_head.mean(dim=0)
+
+
 def _agg(values: list[float], how: WordAgg) -> float:
     if how == "mean":
         return sum(values) / len(values)
@@ -75,6 +97,11 @@ class WordScore:
     @property
     def score(self) -> float:
         return self.entropy * self.attention * float(self.content)
+
+    @property
+    def unfiltered_score(self) -> float:
+        """``H · a`` without the stopword indicator (the reference thresholds this, then filters)."""
+        return self.entropy * self.attention
 
 
 def rind_word_scores(pieces: list[str], entropies: list[float], amax: torch.Tensor, *,
@@ -127,6 +154,43 @@ def qfs_query(row: torch.Tensor, pieces: list[str], eligible: list[bool], top_n:
     return " ".join(word for _, _, word in sorted(best, key=lambda c: c[1]))
 
 
+def qfs_query_reference(rows_before: list[list[torch.Tensor]], hit_starts: list[int], pieces: list[str],
+                        eligible: list[bool], exclude: set[int], top_n: int) -> str:
+    """QFS as the reference code computes it (``keep_real_words``): for each hit word starting at position ``r0``
+    and each of its tokens i, the attention row of position i-1 over positions before ``r0`` (eligible ones only,
+    renormalised to sum 1), averaged over the word's tokens; those averaged over the hit words; a candidate word's
+    weight is the sum over its tokens. The ``top_n`` heaviest content words, hit words (positions in ``exclude``)
+    left out, joined in text order.
+
+    ``rows_before[h][t]`` is the (head-averaged) row of the position before token t of hit word h, over at least
+    ``hit_starts[h]`` positions; ``pieces`` and ``eligible`` cover every position that may fill the query (the
+    reference's text runs to the end of the triggering sentence; words after the hits weigh 0).
+    """
+    if len(pieces) != len(eligible):
+        raise ValueError(f"pieces ({len(pieces)}) and eligible ({len(eligible)}) must align")
+    if not rows_before or len(rows_before) != len(hit_starts):
+        raise ValueError("QFS needs at least one hit word, and one list of rows per hit word")
+    mask = torch.tensor(eligible, dtype=torch.float32)
+    weight = torch.zeros(len(pieces))
+    for rows, r0 in zip(rows_before, hit_starts):
+        word = torch.zeros(len(pieces))
+        for row in rows:
+            v = row[:r0].float() * mask[:r0]
+            if float(v.sum()) > 0:
+                word[:r0] += v / v.sum()
+        weight += word / max(1, len(rows))
+    weight /= len(rows_before)
+    candidates = []
+    for idx in group_words(pieces):
+        text = "".join(pieces[i] for i in idx).strip()
+        if all(eligible[i] for i in idx) and not exclude.intersection(idx) and is_content_word(text):
+            candidates.append((float(weight[idx].sum()), idx[0], text))
+    best = sorted(candidates, key=lambda c: -c[0])[:top_n]
+    return " ".join(word for _, _, word in sorted(best, key=lambda c: c[1]))
+
+
 def flare_masked_query(pieces: list[str], probs: list[float], mask_prob: float) -> str:
-    """FLARE's query: the tentative sentence with tokens of probability ≤ ``mask_prob`` removed."""
-    return "".join(p for p, q in zip(pieces, probs) if q > mask_prob).strip()
+    """FLARE's query: the tentative sentence with every token of probability ≤ ``mask_prob`` replaced by a space
+    (jzbjyb/FLARE ``use_as_query``, ``mask_method="simple"``), so the pieces on either side never fuse into one
+    word; runs of white space collapse to one."""
+    return " ".join("".join(p if q > mask_prob else " " for p, q in zip(pieces, probs)).split())

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inference.config import parse_config, run_cli
+from inference.config import ConfigError, parse_config, run_cli
 from inference.engine import EngineConfig
 from inference.methods import MethodConfig
 from inference.prompts import PromptConfig
@@ -73,19 +73,19 @@ def trace_record(cfg: TraceConfig, method: MethodConfig, prompt: PromptConfig, e
             rec = json.loads(line)
             if rec["id"] == cfg.question_id:
                 if "signals" not in rec:
-                    raise ValueError("this record has no signals: evaluate with --keep_signals true")
+                    raise ConfigError("this record has no signals: evaluate with --keep_signals true")
                 return rec
-        raise ValueError(f"question id {cfg.question_id} not in {cfg.predictions}")
+        raise ConfigError(f"question id {cfg.question_id} not in {cfg.predictions}")
     from data_builders.schema import QAExample
     from inference.engine import DynamicRAGEngine
-    from inference.eval_data import load_eval_retriever, load_examples
+    from inference.eval_data import load_eval_retriever, question_at
     from inference.models import load_causal_lm
     from inference.prompts import PromptBuilder
 
     if cfg.question:
         example = QAExample("trace", cfg.question, ["?"])
     else:
-        example = load_examples(cfg.dataset, start=cfg.question_index, limit=1)[0]
+        example = question_at(cfg.dataset, cfg.question_index)  # out of range: one line, before the model
     model, tokenizer = load_causal_lm(cfg.model)
     retriever = load_eval_retriever(cfg.index, cfg.dataset)
     engine.keep_signals = True

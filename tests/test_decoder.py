@@ -76,7 +76,7 @@ def test_head_max_reduction(tiny_model, smol_tokenizer):
 
 
 def test_bad_head_reduction(tiny_model, smol_tokenizer):
-    with pytest.raises(ValueError, match="mean' or 'max"):
+    with pytest.raises(ValueError, match="mean', 'max' or 'none"):
         BatchDecoder(tiny_model, smol_tokenizer, reduce="median")
 
 
@@ -87,3 +87,30 @@ def test_smollm2_signals_match_full_forward(smol_model):
     prompts = [tokenizer(t)["input_ids"] for t in texts]
     seqs = run_mixed_batch(model, tokenizer, prompts, late=tokenizer("Quarvik is a city in")["input_ids"])
     check(model, seqs, atol=2e-4)
+
+
+def test_rows_per_head_and_the_prompt_row_match_full_forward(tiny_model, smol_tokenizer):
+    # reduce="none" keeps every head (DRAGIN's reference takes a max per head); the prefill adds the row of the
+    # last prompt position, the one that chose the first generated token (the reference QFS reads it)
+    dec = BatchDecoder(tiny_model, smol_tokenizer, reduce="none")
+    seqs = [Sequence(0, [5, 6, 7, 8, 9], max_new_tokens=3), Sequence(1, [40, 41], max_new_tokens=4)]
+    dec.admit(seqs)  # different lengths: the short prompt is left-padded
+    while dec.active:
+        dec.step()
+    ref = type(tiny_model)(copy.deepcopy(tiny_model.config)).eval()
+    ref.load_state_dict(tiny_model.state_dict())
+    ref.set_attn_implementation("eager")
+    for seq in seqs:
+        with torch.no_grad():
+            att = ref(input_ids=torch.tensor([seq.prompt_ids + seq.gen_ids]), output_attentions=True).attentions[-1][0]
+        p = len(seq.prompt_ids)
+        assert seq.prompt_row.shape == (4, p)
+        assert torch.allclose(seq.prompt_row, att[:, p - 1, :p], atol=1e-5)
+        assert len(seq.rows) == len(seq.gen_ids)
+        for i, row in enumerate(seq.rows):
+            assert row.shape == (4, p + i + 1)
+            assert torch.allclose(row, att[:, p + i, : p + i + 1], atol=1e-5)
+    mean_dec = BatchDecoder(tiny_model, smol_tokenizer)
+    one = Sequence(0, [5, 6, 7, 8, 9], max_new_tokens=1)
+    mean_dec.admit([one])
+    assert torch.allclose(one.prompt_row, seqs[0].prompt_row.mean(dim=0), atol=1e-6)

@@ -257,3 +257,15 @@ def test_data_parallel_processes_stop_together_on_a_locked_folder(tmp_path, live
     assert proc.returncode != 0
     assert proc.stderr.count(f"PID {live_pid}") == 2, proc.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == [".lock"]
+
+
+def test_trace_question_index_out_of_range_is_one_line(capsys, tmp_path):
+    from inference.config import run_cli
+    from inference.trace import main as trace_main
+
+    out = tmp_path / "t.html"
+    argv = ["--dataset", "world-two-hop", "--question_index", "100000", "--out", str(out)]
+    assert run_cli(trace_main, argv=argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--question_index 100000 is out of range" in err[0]
+    assert not out.exists()

@@ -34,3 +34,29 @@ def test_generate_texts_stop_at_newline_and_bad_sizes(tiny_model, smol_tokenizer
     assert "\n" not in gen.text
     with pytest.raises(ValueError, match="batch_size"):
         generate_texts(tiny_model, smol_tokenizer, ["Hi"], batch_size=0)
+
+
+def bos_tokenizer(tokenizer):
+    """SmolLM2's tokenizer made to add a BOS token by default, as Llama-2's does."""
+    import copy
+
+    tok = copy.deepcopy(tokenizer)
+    tok.add_bos_token = True
+    assert tok("a")["input_ids"][0] == tok.bos_token_id
+    return tok
+
+
+def test_generate_texts_puts_bos_once_where_the_tokenizer_adds_one(tiny_model, smol_tokenizer, monkeypatch):
+    from inference.decoder import BatchDecoder
+
+    seen = []
+    admit = BatchDecoder.admit
+    monkeypatch.setattr(BatchDecoder, "admit", lambda self, seqs: (seen.extend(s.prompt_ids for s in seqs),
+                                                                   admit(self, seqs))[1])
+    tok = bos_tokenizer(smol_tokenizer)
+    generate_texts(tiny_model, tok, ["Hello there", tok.bos_token + "Already has it"], max_new_tokens=2)
+    assert len(seen) == 2
+    assert all(ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1 for ids in seen)
+    seen.clear()
+    generate_texts(tiny_model, smol_tokenizer, ["Hello there"], max_new_tokens=2)  # SmolLM2 itself: no BOS
+    assert seen == [smol_tokenizer("Hello there", add_special_tokens=False)["input_ids"]]

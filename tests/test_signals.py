@@ -80,4 +80,42 @@ def test_qfs_picks_top_words_in_text_order():
 def test_flare_masked_query():
     pieces = [" Osk", " was", " born", " in", " 1962", "."]
     probs = [0.9, 0.95, 0.9, 0.9, 0.2, 0.99]
-    assert signals.flare_masked_query(pieces, probs, mask_prob=0.4) == "Osk was born in."
+    assert signals.flare_masked_query(pieces, probs, mask_prob=0.4) == "Osk was born in ."
+
+
+def test_flare_mask_blanks_tokens_with_a_space_like_flare():
+    # FLARE replaces a masked token by " ": the pieces around a masked middle piece stay two words, not "Quarton"
+    pieces = [" Quar", "vik", "ton", " is", " big"]
+    probs = [0.9, 0.1, 0.9, 0.9, 0.3]
+    assert signals.flare_masked_query(pieces, probs, mask_prob=0.4) == "Quar ton is"
+
+
+def test_a_max_reference_max_per_head_then_mean():
+    # 2 heads, prompt of 1 position, 2 generated tokens; rows[j] is (H, 1 + j + 1)
+    rows = [torch.tensor([[0.5, 0.5], [0.9, 0.1]]),
+            torch.tensor([[0.2, 0.3, 0.5], [0.1, 0.6, 0.3]])]
+    # t0: head 0 max(0.5 own row, 0.3) = 0.5, head 1 max(0.1, 0.6) = 0.6 -> 0.55; t1: heads 0.5, 0.3 -> 0.4
+    assert signals.a_max_reference(rows, prompt_len=1).tolist() == pytest.approx([0.55, 0.4])
+    # the paper's order (heads averaged per row, later rows only): t0 gets mean(0.3, 0.6) = 0.45, t1 gets 0
+    assert signals.a_max([r.mean(dim=0) for r in rows], prompt_len=1).tolist() == pytest.approx([0.45, 0.0])
+
+
+def test_unfiltered_score_ignores_the_stopword_flag():
+    w = signals.WordScore("the", [0], 2.0, 0.5, False)
+    assert w.score == 0.0 and w.unfiltered_score == pytest.approx(1.0)
+
+
+def test_qfs_query_reference_hand_computed():
+    # positions: 0 Who, 1 founded, 2-3 Kel|mora, 4 ?, 5 Demo (not eligible), 6 Osk, 7 built, 8-9 Quar|vik (the hit)
+    pieces = [" Who", " founded", " Kel", "mora", "?", " Demo", " Osk", " built", " Quar", "vik"]
+    eligible = [True] * 5 + [False] + [True] * 4
+    # the rows of positions 7 and 8 (they chose "Quar" and "vik"); read over positions 0..7 only
+    row7 = torch.tensor([0.0625, 0.1875, 0.25, 0.125, 0.0, 0.5, 0.25, 0.125])
+    row8 = torch.tensor([0.0, 0.375, 0.125, 0.125, 0.0, 0.5, 0.25, 0.125, 0.75])
+    # eligible parts sum to 1 each; averaged: Who .03125 (stopword), founded .28125, Kelmora .1875+.125 = .3125,
+    # Osk .25, built .125; Demo is not eligible and the hit word is left out
+    q = signals.qfs_query_reference([[row7, row8]], [8], pieces, eligible, exclude={8, 9}, top_n=2)
+    assert q == "founded Kelmora"
+    assert signals.qfs_query_reference([[row7, row8]], [8], pieces, eligible, {8, 9}, 3) == "founded Kelmora Osk"
+    with pytest.raises(ValueError, match="at least one hit word"):
+        signals.qfs_query_reference([], [], pieces, eligible, set(), 3)

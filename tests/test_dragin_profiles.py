@@ -1,0 +1,126 @@
+"""The engine on a scripted model (known text, real sentences): the progress guarantee, DRAGIN's reference profile
+(documents for one sentence; FL/FS-RAG asking the question first), the paper prompt's stop, and the benchmark's
+one-question-at-a-time replay making the engine's decisions."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+from scripted_lm import scripted_llama
+
+from data_builders.readers import write_qa_jsonl
+from data_builders.schema import QAExample
+from inference import evaluate as ev
+from inference.engine import DynamicRAGEngine, EngineConfig
+from inference.methods import MethodConfig
+from inference.prompts import PromptBuilder, PromptConfig
+
+SCRIPT = " Osk founded Kelmora. Then he left:"  # the paper prompt ends with "Answer:", so the script starts there
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class SpyPrompts(PromptBuilder):
+    """Remembers how many documents each round's prompt carried."""
+
+    def __init__(self, tokenizer, cfg):
+        super().__init__(tokenizer, cfg)
+        self.doc_counts: list[int] = []
+
+    def build(self, question, docs, prior=""):
+        self.doc_counts.append(len(docs))
+        return super().build(question, docs, prior)
+
+
+def run(tokenizer, method: MethodConfig, fake_retriever, *, script=SCRIPT, max_new_tokens=30):
+    prompts = SpyPrompts(tokenizer, PromptConfig(prompt_style="paper", num_demos=1))
+    engine = DynamicRAGEngine(scripted_llama(tokenizer, script), tokenizer, fake_retriever, prompts, method,
+                              EngineConfig(batch_size=2, max_new_tokens=max_new_tokens))
+    [record] = engine.run([QAExample("q", "Who founded Kelmora?", ["Osk"])], show_progress=False)
+    return record, prompts.doc_counts
+
+
+def positions(record) -> list[int]:
+    return [r["position"] for r in record["retrievals"]]
+
+
+@pytest.mark.parametrize("method", [dict(method="dragin", theta=0.0), dict(method="flare", flare_threshold=1.0)])
+def test_progress_guarantee_every_retrieval_keeps_a_sentence(method, smol_tokenizer, fake_retriever):
+    # θ 0 / threshold 1: the trigger fires wherever it may. Without the guarantee every retrieval happens at the
+    # same place (nothing kept) until the cap; with it each one keeps the sentence written after the last.
+    old, _ = run(smol_tokenizer, MethodConfig(**method, keep_sentence_after_retrieval=False, max_rounds=4),
+                 fake_retriever)
+    assert len(set(positions(old))) == 1 and len(old["retrievals"]) == 4
+    cfg = MethodConfig(**method, max_rounds=4)
+    record, _ = run(smol_tokenizer, cfg, fake_retriever)
+    pos = positions(record)[1:] if cfg.retrieves_first else positions(record)  # FLARE asks the question first
+    assert len(pos) >= 3 and all(a < b for a, b in zip(pos, pos[1:]))
+    assert record["output"].startswith("Osk founded Kelmora. Then he left: Osk founded Kelmora.")
+
+
+def test_reference_profile_documents_serve_one_sentence(smol_tokenizer, fake_retriever):
+    method = MethodConfig(method="dragin", dragin_profile="reference", theta=0.0)
+    record, docs = run(smol_tokenizer, method, fake_retriever)
+    # round 1 without documents fires at its first word; then each retrieval's documents write one sentence, and
+    # the round after that is prompted without them
+    assert docs[:5] == [0, 3, 0, 3, 0]
+    pos = positions(record)
+    assert pos[0] == 0 and all(a < b for a, b in zip(pos, pos[1:]))
+    assert record["output"].startswith("Osk founded Kelmora. Then he left: Osk founded Kelmora.")
+    assert record["rounds"] == len(docs)
+
+
+def test_reference_profile_fixed_methods_ask_the_question_first(smol_tokenizer, fake_retriever):
+    record, docs = run(smol_tokenizer, MethodConfig(method="fs-rag", dragin_profile="reference", max_rounds=3),
+                       fake_retriever)
+    assert fake_retriever.queries[0] == "Who founded Kelmora?" and docs[0] == 3
+    assert fake_retriever.queries[1] == "Osk founded Kelmora."  # then the sentence just written
+    fake_retriever.queries.clear()
+    run(smol_tokenizer, MethodConfig(method="fs-rag", max_rounds=3), fake_retriever)
+    assert fake_retriever.queries[0] == "Osk founded Kelmora."  # the paper's FS-RAG: no question-first call
+
+
+def test_paper_prompt_stops_when_the_model_starts_a_new_question(smol_tokenizer, fake_retriever):
+    record, _ = run(smol_tokenizer, MethodConfig(method="wo-rag"), fake_retriever,
+                    script=" Osk founded Kelmora.\nQuestion:")
+    assert record["output"] == "Osk founded Kelmora."
+
+
+def test_evaluate_records_the_profile_and_its_values(tmp_path, monkeypatch):
+    data = tmp_path / "2wikimultihopqa_dev.jsonl"
+    write_qa_jsonl([QAExample("q0", "Question 0?", ["a"])], data)
+    (tmp_path / "index").mkdir()
+    (tmp_path / "index" / "meta.json").write_text('{"kind": "bm25"}')
+    monkeypatch.setattr(ev, "make_runner", lambda *a: lambda examples: [
+        {"id": e.id, "question": e.question, "answers": e.answers, "output": "So the answer is a.", "retrievals": [],
+         "llm_forward_passes": 1, "generated_tokens": 1, "rounds": 1, "seconds": 0.1} for e in examples])
+    monkeypatch.setattr(ev, "check_resources", lambda *a: None)
+    cfg = ev.EvalConfig(dataset=str(data), index=str(tmp_path / "index"), output_dir=str(tmp_path / "out"),
+                        show_progress=False)
+    ev.evaluate(cfg, MethodConfig(method="dragin", dragin_profile="reference"), PromptConfig(), EngineConfig())
+    saved = yaml.safe_load((tmp_path / "out" / "config.yaml").read_text())
+    assert saved["dragin_profile"] == "reference" and saved["qfs_top_n"] == 25  # the reference's 2Wiki value
+    assert (saved["rind_attention"], saved["content_filter"], saved["docs_scope"], saved["max_rounds"]) == (
+        "reference", "after_threshold", "next_sentence", 20)
+
+
+def load_bench_reference():
+    spec = importlib.util.spec_from_file_location("dragin_reference", ROOT / "bench" / "dragin_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ReferenceDragin
+
+
+@pytest.mark.parametrize("profile", ["paper", "reference"])
+def test_bench_replay_makes_the_engines_decisions(profile, smol_tokenizer, fake_retriever):
+    method = MethodConfig(method="dragin", dragin_profile=profile, theta=0.0, max_rounds=3)
+    record, _ = run(smol_tokenizer, method, fake_retriever, max_new_tokens=20)
+    queries, fake_retriever.queries[:] = list(fake_retriever.queries), []
+    prompts = PromptBuilder(smol_tokenizer, PromptConfig(prompt_style="paper", num_demos=1))
+    replay = load_bench_reference()(scripted_llama(smol_tokenizer, SCRIPT), smol_tokenizer, fake_retriever, prompts,
+                                    method, max_new_tokens=20)
+    [again], _ = replay.run([QAExample("q", "Who founded Kelmora?", ["Osk"])])
+    assert again["output"] == record["output"]
+    assert fake_retriever.queries == queries and len(queries) == len(record["retrievals"])
