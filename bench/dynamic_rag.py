@@ -29,11 +29,13 @@ from inference.eval_data import load_eval_retriever, load_examples  # noqa: E402
 from inference.methods import MethodConfig  # noqa: E402
 from inference.models import load_causal_lm  # noqa: E402
 from inference.prompts import PromptBuilder, PromptConfig  # noqa: E402
+from inference.tokenization import batch_prompt_ids  # noqa: E402
 
 
 def overhead(model, tokenizer, prompts: list[str], batch_size: int, new_tokens: int) -> tuple[float, float]:
     """Seconds for ``new_tokens`` greedy tokens per prompt: plain ``generate`` vs the signal decoder, same batch."""
-    batch = tokenizer(prompts[:batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
+    ids = batch_prompt_ids(tokenizer, prompts[:batch_size])  # the engine's own ids, BOS included where it belongs
+    batch = tokenizer.pad({"input_ids": ids}, return_tensors="pt")
     start = time.perf_counter()
     with torch.no_grad():
         model.generate(**batch, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
@@ -41,8 +43,7 @@ def overhead(model, tokenizer, prompts: list[str], batch_size: int, new_tokens: 
     t_plain = time.perf_counter() - start
     dec = BatchDecoder(model, tokenizer, stop_token_ids=set())
     dec.stop_token_ids = set()  # same token count as generate(min_new_tokens=...)
-    seqs = [Sequence(i, tokenizer(p, add_special_tokens=False)["input_ids"], new_tokens)
-            for i, p in enumerate(prompts[:batch_size])]
+    seqs = [Sequence(i, list(p), new_tokens) for i, p in enumerate(ids)]
     start = time.perf_counter()
     dec.admit(seqs)
     while dec.active:
