@@ -27,7 +27,14 @@ def check_model_name(name: str, flag: str = "--model") -> None:
     """Raise :class:`~inference.models.ModelNotFoundError` unless ``name`` is an embedded model, a local ``.gguf``
     file, an existing model or adapter folder (whose base model resolves too), or a hub id (one the local cache
     holds when offline). Follows the order :func:`inference.models.resolve_model` tries, without loading."""
-    from inference.models import EMBEDDED_ENCODERS, EMBEDDED_LMS, ModelNotFoundError, _wheel_file, cache_dir
+    from inference.models import (
+        EMBEDDED_ENCODERS,
+        EMBEDDED_LMS,
+        ModelNotFoundError,
+        _wheel_file,
+        adapter_base,
+        cache_dir,
+    )
 
     if name in EMBEDDED_LMS:
         if not (cache_dir() / name / "config.json").is_file():
@@ -45,10 +52,9 @@ def check_model_name(name: str, flag: str = "--model") -> None:
         adapter = path / "adapter_config.json"
         if adapter.is_file():
             try:
-                base = json.loads(adapter.read_text(encoding="utf-8"))["base_model_name_or_path"]
-            except (OSError, ValueError, KeyError, TypeError) as err:
-                raise ModelNotFoundError(f"{flag} {name}: {adapter.name} does not name its base model "
-                                         f"({type(err).__name__})") from err
+                base = adapter_base(str(path))  # the project's own record first (adaptive_rag.json)
+            except ModelNotFoundError as err:
+                raise ModelNotFoundError(f"{flag} {name}: {err}") from err
             check_model_name(str(base), flag=f"{flag} {name} (its base model)")
         elif not (path / "config.json").is_file():
             raise ModelNotFoundError(f"{flag} {name}: the folder holds no model (no config.json or "
@@ -70,16 +76,16 @@ def check_model_name(name: str, flag: str = "--model") -> None:
                                  "the Hugging Face cache (HF_HUB_OFFLINE is set, so it cannot be downloaded)")
 
 
-def check_index_folder(index: str, query_encoder: str | None = None) -> None:
+def check_index_folder(index: str, query_encoder: str | None = None, flag: str = "--index") -> None:
     """An index folder that ``retrieval_adapt.loading.load_retriever`` can open: its ``meta.json`` names a known
-    kind; an adapted query encoder only goes with a dense index."""
+    kind; an adapted query encoder only goes with a dense index. ``flag`` names the option in messages."""
     folder = Path(index)
     if not folder.is_dir():
-        raise ConfigError(f"--index {index}: " + ("not a folder" if folder.exists() else "no such folder")
+        raise ConfigError(f"{flag} {index}: " + ("not a folder" if folder.exists() else "no such folder")
                           + " (build one with `python -m retrieval_adapt.build_index --corpus FILE --out DIR`)")
     meta_path = folder / "meta.json"
     if not meta_path.is_file():
-        raise ConfigError(f"--index {index} is not an index folder (no meta.json); build one with "
+        raise ConfigError(f"{flag} {index} is not an index folder (no meta.json); build one with "
                           "`python -m retrieval_adapt.build_index --help`")
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
@@ -97,7 +103,7 @@ def check_index_folder(index: str, query_encoder: str | None = None) -> None:
         elif not isinstance(meta.get("encoder"), str):
             raise DataError("a dense index needs the name of its encoder ('encoder')", source=str(meta_path))
         else:
-            check_model_name(meta["encoder"], flag=f"the encoder of --index {index}")
+            check_model_name(meta["encoder"], flag=f"the encoder of {flag} {index}")
 
 
 def check_device(device: str) -> None:

@@ -1,14 +1,15 @@
 """Evaluate any method on any dataset with any checkpoint.
 
     python -m inference.evaluate --method dragin --dataset world-two-hop --limit 50 --output_dir runs/eval/dragin
-    python -m inference.evaluate config.yaml --theta 1.2            # YAML, then command-line overrides
+    python -m inference.evaluate inference/configs/eval_example.yaml --theta 1.2   # YAML, then overrides
     python -m inference.evaluate --method adapt-llm --model runs/adapt_llm_demo/model --dataset world-single-hop
-    accelerate launch -m inference.evaluate config.yaml             # data-parallel: one shard per process
+    accelerate launch -m inference.evaluate inference/configs/eval_example.yaml   # one shard per process
 
 Writes ``predictions.jsonl`` (one provenance record per question), ``metrics.json`` and ``config.yaml`` into
-``output_dir``. A rerun with the same folder resumes: questions already in predictions are never run again.
-Everything the user names (questions, index, model, device, output folder) is checked before any model loads or
-anything is written; the run holds a lock on ``output_dir``, so a second run into the same folder stops at once.
+``output_dir`` (default ``runs/eval/<method>-<dataset name>``). A rerun with the same folder resumes: questions
+already in predictions are never run again. Everything the user names (questions, index, model, device, output
+folder) is checked before any model loads or anything is written; the run holds a lock on ``output_dir``, so a
+second run into the same folder stops at once.
 Methods: the dynamic-RAG methods (:mod:`inference.methods`), ``iter-retgen``, and ADAPT-LLM's gate with its
 baselines ``adapt-llm`` / ``nr`` / ``ar`` / ``popularity`` (:mod:`inference.gate_eval`, knobs ``--gate_rule``,
 ``--ret_threshold``, ``--popularity_threshold``, ``--gate_k``, ``--gate_inner`` ...).
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, get_args
 
@@ -38,6 +39,7 @@ from inference.scoring import summarise
 from inference.wandb_logging import check_report_to, log_run
 
 logger = logging.getLogger(__name__)
+DEFAULT_OUTPUT_ROOT = "runs/eval"
 
 
 @dataclass
@@ -45,17 +47,19 @@ class EvalConfig:
     model: str = field(default="smollm2-135m", metadata={"help": "embedded name, hub id, model or adapter folder"})
     dataset: str = field(default="world-two-hop", metadata={"help": "world-single-hop|world-two-hop|world-common or"
                                                                      " a QA file"})
-    dataset_format: str | None = None
-    start: int = 0
-    limit: int | None = None
+    dataset_format: str | None = None  # force the QA file's format (None: detected from the file)
+    start: int = 0  # first question (file order)
+    limit: int | None = None  # how many questions from start (None: all)
     index: str | None = field(default=None, metadata={"help": "index folder (None: BM25 over the embedded world)"})
-    query_encoder: str | None = None
-    output_dir: str = "runs/eval/latest"
-    dtype: str = "auto"
-    device: str = "auto"
+    query_encoder: str | None = None  # an adapted query encoder folder for a dense index (retrieval_adapt)
+    output_dir: str | None = field(default=None, metadata={
+        "help": f"where predictions.jsonl, metrics.json and config.yaml go; rerunning into it resumes (default: "
+                f"{DEFAULT_OUTPUT_ROOT}/<method>-<dataset name>, e.g. {DEFAULT_OUTPUT_ROOT}/dragin-world-two-hop)"})
+    dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16
+    device: str = "auto"  # auto (CUDA when there is one; one GPU per process under accelerate), cpu, cuda:N, mps
     chunk_size: int = 64  # questions per chunk; results are flushed to disk after each chunk
-    world_seed: int = 0
-    show_progress: bool = True
+    world_seed: int = 0  # seed of the embedded world (its questions and passages)
+    show_progress: bool = True  # a progress bar on stderr
     answer_normalisation: Normalisation = field(default="official", metadata={
         "help": "EM/F1 normalisation: official (SQuAD v1.1 / HotpotQA scripts) or robust (also Unicode punctuation)"})
     report_to: str = field(default="none", metadata={
@@ -81,6 +85,26 @@ class EvalConfig:
 # answer_normalisation only changes scoring, which is recomputed from all predictions at the end.
 RESUMABLE_CHANGES = frozenset({"start", "limit", "output_dir", "chunk_size", "show_progress", "device",
                                "answer_normalisation", "report_to", "run_name"})
+
+
+def default_output_dir(method: str, dataset: str) -> str:
+    """``runs/eval/<method>-<dataset name>``: a dataset file by its name without suffix (``PATH/hotpotqa.jsonl``
+    -> ``hotpotqa``), an embedded dataset by its own name; so commands that differ in method or dataset never share
+    a folder (the second would refuse the first's predictions)."""
+    name = Path(dataset.rstrip("/")).name
+    for suffix in (".gz", ".bz2", ".xz"):
+        name = name.removesuffix(suffix)
+    if Path(name).suffix in (".json", ".jsonl", ".tsv", ".csv", ".parquet", ".txt"):
+        name = Path(name).stem
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name) or "dataset"
+    return f"{DEFAULT_OUTPUT_ROOT}/{method}-{safe}"
+
+
+def resolve_output_dir(cfg: EvalConfig, method: MethodConfig) -> EvalConfig:
+    """``cfg`` with ``output_dir`` filled in where it was left out (:func:`default_output_dir`)."""
+    if cfg.output_dir:
+        return cfg
+    return replace(cfg, output_dir=default_output_dir(method.method, cfg.dataset))
 
 
 def make_runner(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig,
@@ -181,6 +205,7 @@ def evaluate(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine
     state = PartialState(cpu=not torch.cuda.is_available())
     gate = gate or GateMethodConfig()
     method = method.resolved(cfg.dataset, prompt.demos)  # dataset-dependent profile values, recorded in config.yaml
+    cfg = resolve_output_dir(cfg, method)
     examples = check_inputs(cfg, method)
     out = Path(cfg.output_dir)
     with locked_output(out, state):
@@ -193,7 +218,7 @@ def evaluate(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine
         run = make_runner(cfg, method, prompt, engine, gate) if todo else None
         if state.is_main_process:
             save_config(out / "config.yaml", cfg, method, prompt, engine, gate)
-            print(f"{len(examples)} questions, {len(done)} already done, {len(todo)} to run here")
+            print(f"{len(examples)} questions, {len(done)} already done, {len(todo)} to run here; output: {out}")
         shard = out / (f"predictions.rank{state.process_index}.jsonl" if state.num_processes > 1
                        else "predictions.jsonl")
         if run is not None:

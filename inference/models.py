@@ -64,9 +64,16 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 
 def resolve_dtype(dtype: DType, device: torch.device) -> torch.dtype:
+    """``auto``: bf16 on CUDA; on CPU bf16 only where it has native bf16 and a probe measured it faster
+    (:mod:`inference.cpu_dtype`; an AVX2-only CPU ran a bf16 prefill 5.5-6x slower), else fp32."""
     if dtype == "auto":
-        # bf16 on CUDA; fp32 on CPU, where bf16 matmuls are only faster at larger batches.
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        if device.type == "cuda":
+            return torch.bfloat16
+        if device.type == "cpu":
+            from inference.cpu_dtype import cpu_auto_dtype
+
+            return cpu_auto_dtype()
+        return torch.float32
     return getattr(torch, dtype)
 
 
@@ -165,11 +172,28 @@ def _not_found(name: str, err: BaseException | None = None) -> ModelNotFoundErro
                               f"{_hub_problem(name, err)}")
 
 
+# Written by the ADAPT-LLM training job beside adapter_config.json: the base as this project names it (an embedded
+# short name), while adapter_config.json names one that plain transformers + peft can load (its hub id).
+ADAPTER_BASE_FILE = "adaptive_rag.json"
+
+
 def adapter_base(path: str) -> str | None:
-    """The base model an adapter folder was trained on, or None when ``path`` is not a peft adapter."""
-    cfg = Path(path).expanduser() / "adapter_config.json"
+    """The base model an adapter folder was trained on (``adaptive_rag.json``'s ``base_model`` where the project
+    wrote one, else ``adapter_config.json``'s ``base_model_name_or_path``), or None when ``path`` is not a peft
+    adapter."""
+    folder = Path(path).expanduser()
+    cfg = folder / "adapter_config.json"
     if not cfg.is_file():
         return None
+    own = folder / ADAPTER_BASE_FILE
+    if own.is_file():
+        try:
+            base = json.loads(own.read_text(encoding="utf-8")).get("base_model")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as err:
+            raise ModelNotFoundError(f"cannot load adapter '{path}': {own} is not a JSON object ({err})") from err
+        if not isinstance(base, str) or not base.strip():
+            raise ModelNotFoundError(f"cannot load adapter '{path}': {own} names no base_model")
+        return base
     try:
         data = json.loads(cfg.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:

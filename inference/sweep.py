@@ -267,6 +267,8 @@ def main(argv: list[str] | None, types: Sequence[type], evaluate: Callable[..., 
     flags = {a[2:].split("=", 1)[0] for a in rest if a.startswith("--")}
     check_grid(grid, set(recipe) | flags, types, path)
     settings = settings_from(types, recipe, rest, prog)
+    if not settings.get("output_dir"):  # evaluate's own default names one run; a sweep gets a folder of its own
+        settings["output_dir"] = f"runs/sweeps/{Path(path).stem}"
     points = expand(settings, grid, types)
     state = PartialState()
     if state.is_main_process:

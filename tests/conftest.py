@@ -7,6 +7,8 @@ import os
 # Tests never touch the network: a hub id fails at once instead of retrying for a minute.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# dtype "auto" on CPU probes for bf16 (inference/cpu_dtype.py): tests must not depend on the machine
+os.environ.setdefault("ADAPTIVE_RAG_CPU_DTYPE", "float32")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

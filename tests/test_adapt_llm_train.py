@@ -6,6 +6,7 @@ script from a temporary YAML."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -389,3 +390,128 @@ def test_resumed_run_reports_the_whole_run(tiny_dir, data, tmp_path):
     assert second["session_runtimes"][1] == pytest.approx(second["session_train_runtime"], abs=1e-3)
     assert second["train_runtime"] == pytest.approx(sum(second["session_runtimes"]), abs=1e-3)
     assert json.loads((out / "train_results.json").read_text())["train_loss"] == second["train_loss"]
+
+
+def test_adapter_names_a_base_that_plain_peft_loads(tiny_dir, data, tmp_path):
+    """adapter_config.json once named the base `smollm2-135m`, which only this project can resolve: plain
+    transformers + peft now load the adapter from what it records, as the project's loader does."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from inference.models import ADAPTER_BASE_FILE, load_causal_lm
+
+    data_cfg, dsd = data
+    out = tmp_path / "model"
+    train_adapt(data_cfg, _train_cfg(out, max_steps=1), dsd)
+    recorded = json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert recorded == str(tiny_dir.resolve())  # a local base by its absolute path
+    assert json.loads((out / ADAPTER_BASE_FILE).read_text()) == {"base_model": str(tiny_dir.resolve())}
+    assert (out / "checkpoint-1" / ADAPTER_BASE_FILE).is_file()  # checkpoints load on the same base
+    tokenizer = AutoTokenizer.from_pretrained(out)  # with <RET>
+    base = AutoModelForCausalLM.from_pretrained(recorded)
+    base.resize_token_embeddings(len(tokenizer))
+    plain = PeftModel.from_pretrained(base, out).eval()
+    ours, our_tokenizer = load_causal_lm(str(out))
+    ids = our_tokenizer("Where is Town0? <RET>", return_tensors="pt")["input_ids"]
+    assert ids[0, -1] == tokenizer.convert_tokens_to_ids("<RET>")
+    with torch.no_grad():
+        assert torch.allclose(plain(ids).logits, ours(ids).logits, atol=1e-5)
+
+
+def test_embedded_base_is_recorded_by_its_hub_id_and_loaded_by_its_embedded_name(tmp_path, monkeypatch):
+    """An adapter on the embedded SmolLM2 names HuggingFaceTB/SmolLM2-135M-Instruct (the same model, loadable
+    anywhere); adaptive_rag.json keeps `smollm2-135m`, which the project's loader and checks prefer (offline
+    too, where the hub id is not in the cache)."""
+    from inference.eval_checks import check_model_name
+    from inference.models import adapter_base
+    from training.adapt_llm_lib import loadable_base, project_base, record_adapter_base
+
+    assert loadable_base("smollm2-135m") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert loadable_base("meta-llama/Llama-2-7b-hf") == "meta-llama/Llama-2-7b-hf"
+    assert project_base("smollm2-135m") == "smollm2-135m"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "base").mkdir()
+    assert loadable_base("base") == project_base("base") == str(tmp_path / "base")
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps(
+        {"base_model_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct"}))
+    assert adapter_base(str(adapter)) == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    record_adapter_base(adapter, "smollm2-135m")
+    assert adapter_base(str(adapter)) == "smollm2-135m"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    check_model_name(str(adapter))  # resolves through the embedded name, not the hub
+
+
+def test_training_writes_no_cache_files_into_the_dataset_folder(tiny_dir, tmp_path):
+    """datasets' map cache once landed next to the saved dataset (cache-*.arrow in data_dir/dataset/...)."""
+    from data_builders.adapt_llm import load_adapt_dataset
+
+    source = tmp_path / "qa.jsonl"
+    source.write_text("".join(json.dumps(ex.to_dict()) + "\n" for ex in _examples(10)))
+    data_cfg = AdaptDataConfig(data_dir=str(tmp_path / "data"), source=str(source), validation_fraction=0.3,
+                               base_model=str(tiny_dir))
+    build_adapt_dataset(data_cfg, answer_fn=lambda b: ["?" for _ in b], show_progress=False)
+    dsd = load_adapt_dataset(data_cfg.data_dir)  # memory-mapped from data_dir/dataset, as the job loads it
+    train_adapt(data_cfg, _train_cfg(tmp_path / "model", eval_steps=1), dsd)
+    assert sorted(p.name for p in (tmp_path / "data").rglob("cache-*")) == []
+
+
+def _script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("adapt_llm_script", ROOT / "training" / "adapt_llm.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"eval_index": "runs/index/never-built"}, r"--eval_index runs/index/never-built: no such folder"),
+    ({"eval_index": "HERE"}, r"--eval_index .* is not an index folder \(no meta.json\)"),
+    ({"eval_source": "missing.jsonl"}, r"missing.jsonl"),
+    ({"eval_source": "world_heldout"}, r"eval_source world_heldout needs source world"),
+    ({"base_model": "./no-such-model"}, r"--base_model ./no-such-model: no such model folder"),
+    ({"source": "missing-train.jsonl"}, r"--source missing-train.jsonl: no such file"),
+])
+def test_job_checks_its_inputs_before_any_model_loads(data, tmp_path, monkeypatch, capsys, fields, message):
+    """The SQuAD -> PopQA recipe once failed only after Algorithm 1 and training, at its evaluation index."""
+    import inference.models
+
+    data_cfg, _ = data
+    monkeypatch.chdir(tmp_path)
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model loaded before the inputs were checked")
+
+    monkeypatch.setattr(inference.models, "load_causal_lm", no_load)
+    fields = {k: str(tmp_path) if v == "HERE" else v for k, v in fields.items()}
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({
+        "data_dir": str(tmp_path / "data"), "source": data_cfg.source, "base_model": data_cfg.base_model,
+        "output_dir": str(tmp_path / "model"), "eval_source": data_cfg.source, **fields}))
+    assert run_cli(_script().main, argv=[str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(message, err), err
+    assert not (tmp_path / "data").exists() and not (tmp_path / "model").exists()
+
+
+def test_training_frees_its_model_before_the_evaluation_loads_one(tiny_dir, data, tmp_path, monkeypatch):
+    """The trainer and the model sit in reference cycles: the demo's evaluation once ran with training's model
+    still resident (3.6 GB against 1.6 GB once freed)."""
+    import weakref
+
+    import inference.models
+
+    data_cfg, dsd = data
+    models = []
+    real = inference.models.load_causal_lm
+
+    def recording(*args, **kwargs):
+        model, tokenizer = real(*args, **kwargs)
+        models.append(weakref.ref(model))
+        return model, tokenizer
+
+    monkeypatch.setattr(inference.models, "load_causal_lm", recording)
+    train_adapt(data_cfg, _train_cfg(tmp_path / "model"), dsd)
+    assert len(models) == 1 and models[0]() is None

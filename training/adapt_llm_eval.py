@@ -16,7 +16,7 @@ from typing import Any
 
 from data_builders.adapt_llm import AdaptDataConfig
 from data_builders.adapt_world import world_split
-from data_builders.schema import QAExample
+from data_builders.schema import DataError, QAExample
 from inference.adapt_gate import (
     AdaptGate,
     GateConfig,
@@ -26,15 +26,31 @@ from inference.adapt_gate import (
     summarize,
     sweep_threshold,
 )
+from inference.config import ConfigError
 from training.adapt_llm_config import AdaptEvalConfig
 
 logger = logging.getLogger(__name__)
 
 
+def check_eval_inputs(data_cfg: AdaptDataConfig, eval_cfg: AdaptEvalConfig) -> int:
+    """What the evaluation after training reads, checked before anything loads (a mistake here would otherwise
+    surface only after Algorithm 1 and training): the questions are readable (they are read: a PopQA-sized file
+    takes a moment) and the index folder is an index. Returns the number of questions."""
+    from inference.eval_checks import check_index_folder
+
+    examples = eval_questions(data_cfg, eval_cfg)
+    if not examples:
+        raise DataError("no questions to evaluate on", source=eval_cfg.eval_source)
+    if eval_cfg.eval_index != "world":
+        check_index_folder(eval_cfg.eval_index, flag="--eval_index")
+    return len(examples)
+
+
 def eval_questions(data_cfg: AdaptDataConfig, eval_cfg: AdaptEvalConfig) -> list[QAExample]:
     if eval_cfg.eval_source == "world_heldout":
         if data_cfg.source != "world":
-            raise ValueError("eval_source world_heldout needs source world (else the held-out part is undefined)")
+            raise ConfigError("eval_source world_heldout needs source world (else the held-out part is undefined): "
+                              "set --eval_source to a QA file")
         _, examples = world_split(data_cfg.world_seed, data_cfg.heldout_fraction, data_cfg.data_seed)
     else:
         from data_builders.readers import read_qa

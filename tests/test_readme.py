@@ -1,0 +1,124 @@
+"""README.md read top to bottom by a new user: every YAML a command names parses with that command's own config
+classes, and every index or corpus the commands read is built by a command before it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from inference.config import parse_config
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+# `-m module CONFIG.yaml` or `script.py CONFIG.yaml` (with any launcher before it)
+COMMAND_YAML = re.compile(r"(?:-m\s+([\w.]+)|([\w/]+\.py))\s+([\w./-]+\.ya?ml)\b")
+
+
+def program_types(program: str) -> tuple[type, ...]:
+    """The config dataclasses each program parses (as its main() passes them to parse_config)."""
+    if program == "inference.evaluate":
+        from inference.evaluate import EngineConfig, EvalConfig, GateMethodConfig, MethodConfig, PromptConfig
+
+        return EvalConfig, MethodConfig, PromptConfig, EngineConfig, GateMethodConfig
+    if program == "training/adapt_llm.py":
+        from data_builders.adapt_llm import AdaptDataConfig
+        from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig
+
+        return AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig
+    if program == "data_builders.retrieval_adapt":
+        from data_builders.question_sets import QuestionsConfig
+        from data_builders.retrieval_adapt import RetrievalAdaptDataConfig
+
+        return QuestionsConfig, RetrievalAdaptDataConfig
+    if program == "training/distill_retriever.py":
+        from retrieval_adapt.distill import DistillConfig
+
+        return (DistillConfig,)
+    if program == "retrieval_adapt.evaluate_adapted":
+        from data_builders.question_sets import QuestionsConfig
+        from retrieval_adapt.evaluate_adapted import EvaluateAdaptedConfig
+
+        return QuestionsConfig, EvaluateAdaptedConfig
+    raise AssertionError(f"README runs {program} with a YAML: add its config classes to this test")
+
+
+def readme_yaml_commands() -> list[tuple[str, str]]:
+    return sorted({(m.group(1) or m.group(2), m.group(3)) for m in COMMAND_YAML.finditer(README)})
+
+
+def fenced_commands() -> str:
+    """The README's ```bash blocks: the command sequences a user copies."""
+    return "\n".join(re.findall(r"```bash\n(.*?)```", README, flags=re.S))
+
+
+def test_readme_names_yaml_commands():
+    programs = {program for program, _ in readme_yaml_commands()}
+    assert {"inference.evaluate", "training/adapt_llm.py"} <= programs
+
+
+@pytest.mark.parametrize("program, path", readme_yaml_commands(), ids=lambda x: str(x))
+def test_every_yaml_readme_names_parses_with_its_program(program, path):
+    assert (ROOT / path).is_file(), f"README runs {program} with {path}, which does not exist"
+    types = program_types(program)
+    data = yaml.safe_load((ROOT / path).read_text(encoding="utf-8"))
+    if program == "inference.evaluate" and "sweep" in data:  # a sweep recipe: every point is built and checked
+        from inference import sweep
+
+        settings, grid = sweep.load_recipe(ROOT / path)
+        sweep.check_grid(grid, set(settings), types, path)
+        points = sweep.expand(sweep.settings_from(types, settings, [], "test"), grid, types)
+        assert points
+        return
+    configs = parse_config(types, [str(ROOT / path)])
+    assert len(configs) == len(types)
+
+
+def _yaml_inputs(path: str) -> set[str]:
+    data = yaml.safe_load((ROOT / path).read_text(encoding="utf-8")) or {}
+    return {str(v) for k, v in data.items() if k in ("index", "index_dir", "eval_index") and v}
+
+
+def test_readme_builds_every_index_its_commands_read():
+    """The Iter-RetGen sequence once read runs/index/world-dense while its recipes need world-minilm, and the
+    SQuAD -> PopQA recipe evaluates on runs/index/shared-bm25, which no command built."""
+    commands = fenced_commands()
+    built = set(re.findall(r"build_index\b[^\n]*--out\s+(\S+)", README))
+    read = set(re.findall(r"(?:--index|retrieval_adapt\.search)\s+(runs/\S+)", README))
+    for _program, path in readme_yaml_commands():
+        if path.replace("\\", "/") in commands:
+            read |= {p for p in _yaml_inputs(path) if p.startswith("runs/")}
+    assert read, "expected README commands that read an index"
+    missing = sorted(read - built)
+    assert not missing, f"README commands read indexes that no README command builds: {missing}"
+
+
+def test_readme_builds_every_corpus_its_index_commands_read():
+    corpora = set(re.findall(r"build_index\b[^\n]*--corpus\s+(runs/\S+)", README))
+    written = set(re.findall(r"data_builders\.corpus\b[^\n]*-o\s+(\S+)", README))
+    assert corpora and not sorted(corpora - written)
+
+
+def test_eval_example_yaml_is_the_one_readme_launches():
+    assert "accelerate launch -m inference.evaluate inference/configs/eval_example.yaml" in README
+    cfg, method, *_ = parse_config(program_types("inference.evaluate"),
+                                   [str(ROOT / "inference" / "configs" / "eval_example.yaml")])
+    assert method.method == "dragin" and cfg.dataset == "world-two-hop"
+
+
+def test_long_commands_state_one_measured_time():
+    """The main job's time once read ~6 min (README), ten minutes (the script) and another (its YAML)."""
+    demo = (ROOT / "training" / "configs" / "adapt_llm_demo_cpu.yaml").read_text(encoding="utf-8")
+    script = (ROOT / "training" / "adapt_llm.py").read_text(encoding="utf-8")
+    measured = re.search(r"Measured: ([\d.]+ min) on 2 idle cores", demo).group(1)
+    for text in (README, script, demo):
+        assert "ten minutes" not in text and "~6 min" not in text
+    assert f"{measured} measured on 2 idle cores" in README
+    assert f"{measured} measured on two idle cores" in script
+
+
+def test_readme_warns_that_smollm2_scores_near_zero_on_hotpotqa_few_shot():
+    assert re.search(r"SmolLM2-135M scores near zero on HotpotQA with the papers' few-shot", README)
+    assert "world-two-hop" in README
