@@ -1,6 +1,7 @@
-"""Padding-free batching (``padding_free: true``): trl's options as ``sft_config`` sets them, and the loss of one
-batch equal to the padded batch's on a tiny random Llama with SDPA on CPU (the block mask that transformers
-builds from ``position_ids`` keeps the flattened instances apart)."""
+"""Padding-free batching (``padding_free: true``): trl's options as ``sft_config`` sets them; the loss of one batch
+equal to the padded batch's on a tiny random Llama on CPU, with SDPA (the block mask transformers builds from
+``position_ids`` keeps the flattened instances apart) and with ``sdpa_varlen`` (SDPA per instance); when the
+training job switches to ``sdpa_varlen``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from training.adapt_llm_config import AdaptTrainConfig
 from training.adapt_llm_lib import sft_config
 from training.adapt_llm_tokens import tokenize_split
 from training.varlen_attention import register as register_varlen
+from training.varlen_attention import use_for_padding_free
 
 
 def _cfg(tmp_path, **kw) -> AdaptTrainConfig:
@@ -92,3 +94,11 @@ def test_varlen_attention_keeps_instances_apart():
                        use_cache=False).logits
     torch.testing.assert_close(padded[0], flat[0, 5:9], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(padded[1, :3], flat[0, 9:12], rtol=1e-5, atol=1e-5)
+
+
+def test_varlen_only_for_padding_free_sdpa_on_cpu():
+    model = _sharp_llama(100)
+    assert not use_for_padding_free(model, padding_free=False) and model.config._attn_implementation == "sdpa"
+    assert use_for_padding_free(model, padding_free=True) and model.config._attn_implementation == "sdpa_varlen"
+    eager = _sharp_llama(100, "eager")
+    assert not use_for_padding_free(eager, padding_free=True) and eager.config._attn_implementation == "eager"
