@@ -55,7 +55,7 @@ class EvalConfig:
     output_dir: str | None = field(default=None, metadata={
         "help": f"where predictions.jsonl, metrics.json and config.yaml go; rerunning into it resumes (default: "
                 f"{DEFAULT_OUTPUT_ROOT}/<method>-<dataset name>, e.g. {DEFAULT_OUTPUT_ROOT}/dragin-world-two-hop)"})
-    dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16
+    dtype: str = "auto"  # auto (bf16 on CUDA; CPU: bf16 where a probe finds it faster), float32, bfloat16, float16
     device: str = "auto"  # auto (CUDA when there is one; one GPU per process under accelerate), cpu, cuda:N, mps
     chunk_size: int = 64  # questions per chunk; results are flushed to disk after each chunk
     world_seed: int = 0  # seed of the embedded world (its questions and passages)
