@@ -61,3 +61,28 @@ class FakeRetriever:
 @pytest.fixture()
 def fake_retriever():
     return FakeRetriever()
+
+
+def bos_tokenizer():
+    """SmolLM2's tokenizer made to put BOS before plain text, as Llama-2's and Mistral's do."""
+    from tokenizers.processors import TemplateProcessing
+
+    from inference.models import load_tokenizer
+
+    tokenizer = load_tokenizer("smollm2-135m")
+    bos = tokenizer.bos_token
+    tokenizer._tokenizer.post_processor = TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tokenizer.bos_token_id)])
+    return tokenizer
+
+
+@pytest.fixture()
+def live_pid():
+    """The PID of a live process that is not this one (a lock owner that is still running)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield proc.pid
+    proc.kill()
+    proc.wait()

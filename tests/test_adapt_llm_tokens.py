@@ -4,6 +4,7 @@ labels trl computes itself."""
 
 from __future__ import annotations
 
+from conftest import bos_tokenizer
 from datasets import Dataset
 
 from data_builders.adapt_prompts import context_prompt, parametric_prompt
@@ -12,18 +13,8 @@ from inference.tokenization import prompt_ids
 from training.adapt_llm_tokens import completion_token_ids, tokenize_instances, tokenize_split
 
 
-def _bos_tokenizer():
-    from tokenizers.processors import TemplateProcessing
-
-    tokenizer = load_tokenizer("smollm2-135m")
-    bos = tokenizer.bos_token
-    tokenizer._tokenizer.post_processor = TemplateProcessing(
-        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tokenizer.bos_token_id)])
-    return tokenizer
-
-
 def test_one_bos_whether_or_not_the_text_has_one():
-    tokenizer = _bos_tokenizer()
+    tokenizer = bos_tokenizer()
     bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
     prompt = parametric_prompt("Who wrote Hamlet?")
     assert tokenizer(tokenizer.bos_token + prompt)["input_ids"][:2] == [bos, bos]  # what trl would train on

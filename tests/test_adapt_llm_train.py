@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import bos_tokenizer
 from datasets import Dataset, DatasetDict
 
 from data_builders.adapt_llm import COLUMNS, AdaptDataConfig, build_adapt_dataset
@@ -325,15 +326,6 @@ def test_check_adapter_wants_the_head_row_on_an_untied_model(tiny_dir, untied_di
         check_adapter(out, cfg, ("embed_tokens", "lm_head"))
 
 
-def _bos_tokenizer():
-    """SmolLM2's tokenizer made to put BOS before plain text, as Llama-2's and Mistral's do."""
-    from tokenizers.processors import TemplateProcessing
-
-    tokenizer = load_tokenizer("smollm2-135m")
-    bos = tokenizer.bos_token
-    tokenizer._tokenizer.post_processor = TemplateProcessing(
-        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tokenizer.bos_token_id)])
-    return tokenizer
 
 
 def test_training_ids_are_inference_prompt_ids(tmp_path, monkeypatch):
@@ -343,7 +335,7 @@ def test_training_ids_are_inference_prompt_ids(tmp_path, monkeypatch):
 
     from inference.tokenization import prompt_ids
 
-    tokenizer = _bos_tokenizer()
+    tokenizer = bos_tokenizer()
     base = _save_tiny(tmp_path / "bos-model", tokenizer=tokenizer)
     seen = {}
     original = trl.SFTTrainer.train

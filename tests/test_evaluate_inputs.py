@@ -160,12 +160,6 @@ def test_tail_torn_inside_a_multibyte_character_resumes(tmp_path, monkeypatch, c
     assert predicted_ids(tmp_path / "out") == ["q0", "q1", "q2", "q3", "q4"]
 
 
-@pytest.fixture()
-def live_pid():
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    yield proc.pid
-    proc.kill()
-    proc.wait()
 
 
 def dead_pid() -> int:

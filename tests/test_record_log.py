@@ -70,12 +70,6 @@ def _write_lock(folder, pid, host=None):
     (folder / ".lock").write_text(json.dumps({"pid": pid, "host": host or socket.gethostname()}))
 
 
-@pytest.fixture()
-def live_pid():
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    yield proc.pid
-    proc.kill()
-    proc.wait()
 
 
 def test_lock_refuses_a_live_owner_and_another_host(tmp_path, live_pid):
