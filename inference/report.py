@@ -120,7 +120,8 @@ def load_eval_run(folder: Path, name: str) -> EvalRun:
     else:  # an interrupted run: score what it has
         from inference.scoring import summarise
 
-        metrics = summarise(read_jsonl(sorted(folder.glob("predictions*.jsonl"))))
+        metrics = summarise(read_jsonl(sorted(folder.glob("predictions*.jsonl"))),
+                            normalisation=config.get("answer_normalisation", "official"))
         name += " (unfinished)"
     return EvalRun(name, folder, config, metrics)
 
