@@ -8,7 +8,7 @@ attention a_max, score) on the model loaded in float32 and in bfloat16; runs alt
 timing is the median. Drift: per question, words are compared while both runs generated the same text (rounds in
 order, stopping at the first different word: greedy tokens diverged); the questions whose retrievals (positions
 and queries) differ are counted. Headline ``ratio``: fp32 seconds ÷ bf16 seconds (> 1: bf16 is faster). Also
-prints what ``dtype="auto"`` decides on this CPU (``inference/cpu_dtype.py``) and the probe's numbers.
+prints what ``dtype="auto"`` decides on this CPU (``inference/core/cpu_dtype.py``) and the probe's numbers.
 """
 
 from __future__ import annotations
@@ -83,11 +83,11 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from inference.cpu_dtype import cpu_auto_decision
+    from inference.core.cpu_dtype import cpu_auto_decision
+    from inference.core.models import ModelOptions, load_causal_lm
     from inference.engine import DynamicRAGEngine, EngineConfig
     from inference.eval_data import load_eval_retriever, load_examples
     from inference.methods import MethodConfig
-    from inference.models import ModelOptions, load_causal_lm
     from inference.prompts import PromptBuilder, PromptConfig
 
     decision = cpu_auto_decision()

@@ -24,8 +24,8 @@ import torch
 
 
 def plain_generate(model, tokenizer, prompts: list[str], batch_size: int, max_new_tokens: int) -> list[str]:
+    from inference.core.tokenization import batch_prompt_ids
     from inference.engine import stop_token_ids
-    from inference.tokenization import batch_prompt_ids
 
     stops = sorted(stop_token_ids(tokenizer))
     texts = []
@@ -64,8 +64,8 @@ def main() -> None:
 
     from data_builders.adapt_closed_book import model_closed_book_fn
     from data_builders.adapt_llm import AdaptDataConfig, load_source
-    from data_builders.adapt_prompts import never_retrieve_prompt, response_text
-    from inference.models import ModelOptions, load_causal_lm
+    from data_builders.adapt_llm_prompts import never_retrieve_prompt, response_text
+    from inference.core.models import ModelOptions, load_causal_lm
 
     data_cfg = AdaptDataConfig(source_limit=args.questions)
     examples = load_source(data_cfg)

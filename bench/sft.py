@@ -4,7 +4,7 @@
     python bench/sft.py --steps 8 --micro-batch 8 --paired-batches 8 --paired-repeats 2 --threads 1
     python bench/sft.py --sampling group_by_length --variants padded padding_free packing --pairs 2
 
-The recipe's own pieces (``training/adapt_llm_lib.py``: ``add_ret_token``, ``build_peft_model``, ``sft_config``;
+The recipe's own pieces (``training/lora_sft.py``: ``add_ret_token``, ``build_peft_model``, ``sft_config``;
 ``tokenize_split``) on Algorithm 1's DatasetDict over world questions, built without a model run: a stub closed-book
 answerer gets every third question right, so the set mixes ``<RET>``, context and answer instances as a real run
 does. Tokens are the real (non-pad) tokens of each micro-batch.
@@ -49,7 +49,7 @@ def adapt_dataset(questions: int, max_passage_words: int):
 
 
 def load_model(args, dtype: torch.dtype, device: str):
-    from inference.models import ModelOptions, load_causal_lm, load_tokenizer, resolve_model
+    from inference.core.models import ModelOptions, load_causal_lm, load_tokenizer, resolve_model
 
     if args.attn == "sdpa_varlen":
         from training.varlen_attention import register
@@ -129,8 +129,8 @@ def run_variant(args, variant: str, dsd) -> dict:
     from trl import SFTTrainer
 
     from training.adapt_llm_config import AdaptTrainConfig
-    from training.adapt_llm_lib import _precision, add_ret_token, build_peft_model, sft_config
     from training.adapt_llm_tokens import tokenize_split
+    from training.lora_sft import _precision, add_ret_token, build_peft_model, sft_config
 
     cfg = AdaptTrainConfig(output_dir=tempfile.mkdtemp(prefix=f"bench-sft-{variant}-"),
                            micro_batch_size=args.micro_batch, effective_batch_size=args.micro_batch,

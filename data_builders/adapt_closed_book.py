@@ -14,10 +14,10 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from data_builders.adapt_prompts import PromptVariant, never_retrieve_prompt, response_text
-from data_builders.record_log import FolderLock, RecordLog
-from data_builders.schema import DataError, QAExample
-from inference.progress import bar_options
+from data_builders.adapt_llm_prompts import PromptVariant, never_retrieve_prompt, response_text
+from inference.core.progress import bar_options
+from inference.core.record_log import FolderLock, RecordLog
+from inference.core.records import DataError, QAExample
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +78,8 @@ def model_closed_book_fn(model_name: str, variant: PromptVariant, max_new_tokens
     state: dict[str, Any] = {}
 
     def answer(batch: Sequence[QAExample]) -> list[str]:
-        from inference.generation import generate_texts
-        from inference.models import ModelOptions, load_causal_lm
+        from inference.core.generation import generate_texts
+        from inference.core.models import ModelOptions, load_causal_lm
 
         if "model" not in state:
             state["model"], state["tokenizer"] = load_causal_lm(model_name, ModelOptions(dtype=dtype))

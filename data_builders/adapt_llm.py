@@ -17,7 +17,7 @@ with the closed-book prompt "answer the question Q" -> gold answer: the paper's 
 (every question with its gold passage in the ``context_prompt`` -> gold answer: AR-LLM, always retrieving); the
 paper's baselines are such separately trained models (its ``train.py --mode``). nr and ar ask no closed-book
 answers. A gold passage longer than ``max_passage_words`` keeps a window around the answer
-(:func:`data_builders.adapt_prompts.answer_window`); ``stats.json`` counts ``passages_cut`` and
+(:func:`data_builders.adapt_llm_prompts.answer_window`); ``stats.json`` counts ``passages_cut`` and
 ``passages_recentred``.
 
 Sources: ``world`` (default: the training part of the embedded world's fictional single-hop and
@@ -41,7 +41,7 @@ from typing import Any, Literal
 from datasets import Dataset, DatasetDict, Features, Value, load_from_disk
 
 from data_builders.adapt_closed_book import ClosedBookFn, answer_closed_book, model_closed_book_fn
-from data_builders.adapt_prompts import (
+from data_builders.adapt_llm_prompts import (
     RET_TOKEN,
     PromptVariant,
     answer_window,
@@ -50,12 +50,12 @@ from data_builders.adapt_prompts import (
     parametric_prompt,
 )
 from data_builders.adapt_world import world_sample
-from data_builders.artifact_cards import check_repo_id, push_to_hub, write_dataset_card
-from data_builders.atomic_files import atomic_folder, write_text_atomic
-from data_builders.record_log import FolderLock
-from data_builders.schema import DataError, QAExample
-from inference.metrics import contained_accuracy, exact_match
-from inference.progress import library_bars_quiet
+from inference.core.atomic_files import atomic_folder, write_text_atomic
+from inference.core.cards import check_repo_id, push_to_hub, write_dataset_card
+from inference.core.metrics import contained_accuracy, exact_match
+from inference.core.progress import library_bars_quiet
+from inference.core.record_log import FolderLock
+from inference.core.records import DataError, QAExample
 
 logger = logging.getLogger(__name__)
 
@@ -336,7 +336,7 @@ def build_adapt_dataset(cfg: AdaptDataConfig, answer_fn: ClosedBookFn | None = N
 
 def _build_locked(cfg: AdaptDataConfig, out: Path, examples: list[QAExample], answer_fn: ClosedBookFn | None,
                   judge: Judge | None, show_progress: bool) -> DatasetDict:
-    from inference.config import save_config
+    from inference.core.config import save_config
 
     if cfg.mode == "adapt":
         answer_fn = answer_fn or model_closed_book_fn(cfg.base_model, cfg.prompt_variant,
@@ -367,7 +367,7 @@ def _build_locked(cfg: AdaptDataConfig, out: Path, examples: list[QAExample], an
 
 
 def main(argv: list[str] | None = None) -> None:
-    from inference.config import parse_config
+    from inference.core.config import parse_config
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     (cfg,) = parse_config((AdaptDataConfig,), argv, prog="python -m data_builders.adapt_llm")
@@ -385,6 +385,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from inference.config import run_cli
+    from inference.core.config import run_cli
 
     sys.exit(run_cli(main))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from data_builders.schema import QAExample
+from inference.core.records import QAExample
 
 
 def _group_key(ex: QAExample) -> str:

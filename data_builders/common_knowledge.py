@@ -10,7 +10,7 @@ its answers (canonical form first; it appears in the passage) and its passage.
 
 from __future__ import annotations
 
-from data_builders.schema import Passage, QAExample
+from inference.core.records import Passage, QAExample
 
 # (country, capital, extra answer aliases)
 CAPITALS = (

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data_builders.readers import CORPUS_FORMATS, QA_FORMATS, read_corpus, write_passages_jsonl
-from data_builders.readers_common import make_passage, norm_ws
-from data_builders.schema import DataError, Passage, QAExample
-from inference.config import OneLineArgumentParser
+from data_builders.source_files import make_passage, norm_ws
+from inference.core.config import OneLineArgumentParser
+from inference.core.records import DataError, Passage, QAExample
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data_builders.schema import DataError, QAExample
+from inference.core.records import DataError, QAExample
 
 WORLD_SETS = ("two_hop", "single_hop", "common_knowledge")
 

@@ -30,7 +30,8 @@ from typing import Any, Literal, get_args
 
 from data_builders import readers_processed as proc
 from data_builders import readers_release as rel
-from data_builders.readers_common import (
+from data_builders.readers_hf import read_hf_qa
+from data_builders.source_files import (
     Loc,
     Parsed,
     Record,
@@ -42,8 +43,7 @@ from data_builders.readers_common import (
     load_json_records,
     passage_id,
 )
-from data_builders.readers_hf import read_hf_qa
-from data_builders.schema import DataError, Passage, QAExample
+from inference.core.records import DataError, Passage, QAExample
 
 __all__ = [
     "CORPUS_FORMATS",
@@ -96,7 +96,7 @@ def _parse_canonical(records: list[Record]) -> Iterator[Parsed]:
 
 
 def read_qa_jsonl(path: str | Path, limit: int | None = None) -> list[QAExample]:
-    """Canonical QA JSONL (see :mod:`data_builders.schema`)."""
+    """Canonical QA JSONL (see :mod:`inference.core.records`)."""
     return collect(_parse_canonical(load_json_records(path)), str(path), limit)
 
 

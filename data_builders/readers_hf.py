@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from data_builders.readers_common import (
+from data_builders.source_files import (
     Loc,
     Parsed,
     answer_list,
@@ -16,7 +16,7 @@ from data_builders.readers_common import (
     require,
     require_str,
 )
-from data_builders.schema import DataError, QAExample
+from inference.core.records import DataError, QAExample
 
 
 def _hf_answers(value: Any, loc: Loc, key: str) -> list[str]:

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from data_builders.readers_common import (
+from data_builders.readers_release import popqa_example
+from data_builders.source_files import (
     Loc,
     Parsed,
     Record,
@@ -23,8 +24,7 @@ from data_builders.readers_common import (
     require_list,
     require_str,
 )
-from data_builders.readers_release import popqa_example
-from data_builders.schema import Passage, QAExample
+from inference.core.records import Passage, QAExample
 
 _MUSIQUE_HOPS = re.compile(r"^(\d+hop\d*)__")
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from data_builders.readers_common import (
+from data_builders.source_files import (
     Loc,
     Parsed,
     Record,
@@ -26,7 +26,7 @@ from data_builders.readers_common import (
     require_list,
     require_str,
 )
-from data_builders.schema import Passage, QAExample
+from inference.core.records import Passage, QAExample
 
 # 2WikiMultihopQA question types that HotpotQA ("bridge" / "comparison") does not use: they tell the
 # two apart when sniffing a file, as do 2Wiki's "evidences" and HotpotQA's "level".

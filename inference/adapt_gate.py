@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from data_builders.adapt_llm import Judge, JudgeName, make_judge
-from data_builders.adapt_prompts import (
+from data_builders.adapt_llm_prompts import (
     RET_TOKEN,
     PromptVariant,
     context_prompt,
@@ -36,9 +36,9 @@ from data_builders.adapt_prompts import (
     parametric_prompt,
     response_text,
 )
-from data_builders.schema import QAExample
-from inference.generation import Generation, generate_texts
-from retrieval_adapt.base import Retriever
+from inference.core.generation import Generation, generate_texts
+from inference.core.records import QAExample
+from inference.core.retriever import Retriever
 
 GatePolicy = Literal["adapt_llm", "never_retrieve", "always_retrieve", "popularity", "sweep"]
 GateRule = Literal["token", "threshold"]

@@ -20,13 +20,13 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from data_builders.schema import Passage, QAExample
+from inference.core.records import Passage, QAExample
+from inference.core.retriever import Retriever
+from inference.core.tokenization import prompt_ids
 from inference.decoder import BatchDecoder, Sequence
 from inference.methods import Event, MethodConfig, RoundView, check_trigger, form_query, rind_words
 from inference.prompts import PromptBuilder
 from inference.text_units import TokenText, ends_sentence
-from inference.tokenization import prompt_ids
-from retrieval_adapt.base import Retriever
 
 ANSWER_MARKER = re.compile(r"the answer is", re.IGNORECASE)
 

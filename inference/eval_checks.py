@@ -12,8 +12,8 @@ import json
 import os
 from pathlib import Path
 
-from data_builders.schema import DataError
-from inference.config import ConfigError
+from inference.core.config import ConfigError
+from inference.core.records import DataError
 
 INDEX_KINDS = ("bm25", "dense")
 
@@ -24,10 +24,10 @@ def _looks_local(name: str) -> bool:
 
 
 def check_model_name(name: str, flag: str = "--model") -> None:
-    """Raise :class:`~inference.models.ModelNotFoundError` unless ``name`` is an embedded model, a local ``.gguf``
+    """Raise :class:`~inference.core.models.ModelNotFoundError` unless ``name`` is an embedded model, a local ``.gguf``
     file, an existing model or adapter folder (whose base model resolves too), or a hub id (one the local cache
-    holds when offline). Follows the order :func:`inference.models.resolve_model` tries, without loading."""
-    from inference.models import (
+    holds when offline). Follows the order :func:`inference.core.models.resolve_model` tries, without loading."""
+    from inference.core.models import (
         EMBEDDED_ENCODERS,
         EMBEDDED_LMS,
         ModelNotFoundError,
@@ -44,7 +44,7 @@ def check_model_name(name: str, flag: str = "--model") -> None:
         _wheel_file(*EMBEDDED_ENCODERS[name])
         return
     path = Path(name).expanduser()
-    if name.endswith(".gguf"):  # a local GGUF file, converted on first load (inference.gguf_convert)
+    if name.endswith(".gguf"):  # a local GGUF file, converted on first load (inference.core.gguf_convert)
         if not path.is_file():
             raise ModelNotFoundError(f"{flag} {name}: no such GGUF file ({path.resolve()})")
         return

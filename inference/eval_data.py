@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from data_builders.schema import DataError, QAExample
-from inference.config import ConfigError
-from retrieval_adapt.base import Retriever
+from inference.core.config import ConfigError
+from inference.core.records import DataError, QAExample
+from inference.core.retriever import Retriever
 
 WORLD_SPLITS = ("world-single-hop", "world-two-hop", "world-common")
 

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from data_builders.record_log import FolderInUseError, FolderLock, RecordLog
-from inference.config import ConfigError
+from inference.core.config import ConfigError
+from inference.core.record_log import FolderInUseError, FolderLock, RecordLog
 
 
 def read_done(out: Path) -> dict[str, dict[str, Any]]:

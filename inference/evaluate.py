@@ -26,17 +26,17 @@ from typing import Any, get_args
 
 import yaml
 
-from data_builders.record_log import RecordLog, check_same_settings
-from data_builders.schema import QAExample
-from inference.config import config_dict, parse_config, run_cli, save_config, write_atomic
+from inference.core.config import config_dict, parse_config, run_cli, save_config, write_atomic
+from inference.core.metrics import NORMALISATIONS, Normalisation
+from inference.core.record_log import RecordLog, check_same_settings
+from inference.core.records import QAExample
+from inference.core.scoring import summarise
+from inference.core.wandb_logging import check_report_to, log_run
 from inference.engine import EngineConfig
 from inference.eval_folder import locked_output, read_done, read_done_everywhere
 from inference.gate_eval import GATE_METHODS, GateMethodConfig, check_examples, gate_runner, inner_method
 from inference.methods import MethodConfig
-from inference.metrics import NORMALISATIONS, Normalisation
 from inference.prompts import PromptConfig
-from inference.scoring import summarise
-from inference.wandb_logging import check_report_to, log_run
 
 logger = logging.getLogger(__name__)
 DEFAULT_OUTPUT_ROOT = "runs/eval"
@@ -67,7 +67,7 @@ class EvalConfig:
     run_name: str | None = field(default=None, metadata={"help": "wandb run name (default: the output folder)"})
 
     def __post_init__(self):
-        from inference.models import DType
+        from inference.core.models import DType
 
         if self.chunk_size <= 0 or (self.limit is not None and self.limit <= 0):
             raise ValueError("chunk_size and limit must be positive")
@@ -112,8 +112,8 @@ def make_runner(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, eng
     """A callable ``examples -> records`` for the configured method."""
     from accelerate import PartialState
 
+    from inference.core.models import ModelOptions, load_causal_lm
     from inference.eval_data import load_eval_retriever
-    from inference.models import ModelOptions, load_causal_lm
 
     # Under `accelerate launch` each process takes its own GPU (cuda:0, cuda:1, ...), not all cuda:0.
     device = str(PartialState().device) if cfg.device == "auto" else cfg.device
@@ -236,8 +236,8 @@ def run_chunks(run, todo: list[QAExample], log: RecordLog, cfg: EvalConfig, meth
     ends in a message saying how many questions are saved where (``saved``: how many were before this run)."""
     from tqdm.auto import tqdm
 
-    from inference.metrics import extract_answer
-    from inference.progress import bar_options
+    from inference.core.metrics import extract_answer
+    from inference.core.progress import bar_options
 
     written = 0
     bar = tqdm(total=len(todo), desc=method.method,

@@ -22,10 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
-from data_builders.adapt_prompts import RET_TOKEN, PromptVariant
-from data_builders.schema import QAExample
+from data_builders.adapt_llm_prompts import RET_TOKEN, PromptVariant
 from inference.adapt_gate import AdaptGate, GateConfig, GateRecord, GateRule, InnerMethod, model_generator
-from inference.config import ConfigError
+from inference.core.config import ConfigError
+from inference.core.records import QAExample
 from inference.methods import MethodConfig
 
 # evaluate's method name -> the gate's policy

@@ -18,11 +18,11 @@ from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
-from data_builders.schema import QAExample
+from inference.core.metrics import aggregate, extract_answer, score
+from inference.core.progress import bar_options
+from inference.core.records import QAExample
+from inference.core.retriever import Hit, Retriever
 from inference.iter_retgen_prompts import Prompt, PromptStyle, build_prompt
-from inference.metrics import aggregate, extract_answer, score
-from inference.progress import bar_options
-from retrieval_adapt.base import Hit, Retriever
 
 
 @dataclass
@@ -47,7 +47,7 @@ class Generator(Protocol):
 
 
 class LMGenerator:
-    """Greedy generation on the engine's decoder (:func:`inference.generation.generate_texts`); one line per output.
+    """Greedy generation on the engine's decoder (:func:`inference.core.generation.generate_texts`); one line each.
 
     Stopping at the first newline suits both prompt styles: the paper demos put the whole chain of thought on
     one line, and the chat style asks for a short phrase.
@@ -63,18 +63,18 @@ class LMGenerator:
 
     @classmethod
     def from_name(cls, name: str, *, dtype: str = "auto", device: str = "auto", **kwargs) -> LMGenerator:
-        from inference.models import ModelOptions, load_causal_lm
+        from inference.core.models import ModelOptions, load_causal_lm
 
         model, tokenizer = load_causal_lm(name, ModelOptions(dtype=dtype, device=device))  # type: ignore[arg-type]
         return cls(model, tokenizer, **kwargs)
 
     def render(self, prompt: Prompt) -> str:
-        from inference.generation import chat_prompt
+        from inference.core.generation import chat_prompt
 
         return chat_prompt(self.tokenizer, prompt.user, prompt.system) if prompt.chat else prompt.user
 
     def generate(self, prompts: list[Prompt]) -> list[str]:
-        from inference.generation import generate_texts
+        from inference.core.generation import generate_texts
 
         gens = generate_texts(self.model, self.tokenizer, [self.render(p) for p in prompts],
                               max_new_tokens=self.max_new_tokens, batch_size=self.batch_size,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from data_builders.schema import Passage
+from inference.core.records import Passage
 
 PromptStyle = Literal["paper", "chat"]
 

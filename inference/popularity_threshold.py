@@ -19,9 +19,9 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from data_builders.schema import DataError
 from inference.adapt_gate import GateConfig, GateRecord, format_table, redecide, summarize
-from inference.config import OneLineArgumentParser
+from inference.core.config import OneLineArgumentParser
+from inference.core.records import DataError
 
 PAPER_THRESHOLD = 707_000.0
 

@@ -19,7 +19,7 @@ from typing import Literal
 
 import yaml
 
-from data_builders.schema import Passage
+from inference.core.records import Passage
 
 TEMPLATE_DIR = Path(__file__).parent / "prompt_templates"
 PromptStyle = Literal["chat", "paper"]

@@ -29,8 +29,8 @@ from typing import Any
 
 import yaml
 
-from data_builders.schema import DataError
-from inference.config import ConfigError, parse_config, run_cli
+from inference.core.config import ConfigError, parse_config, run_cli
+from inference.core.records import DataError
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def load_eval_run(folder: Path, name: str) -> EvalRun:
     if (folder / "metrics.json").is_file():
         metrics = _read_json(folder / "metrics.json")
     else:  # an interrupted run: score what it has
-        from inference.scoring import summarise
+        from inference.core.scoring import summarise
 
         metrics = summarise(read_jsonl(sorted(folder.glob("predictions*.jsonl"))),
                             normalisation=config.get("answer_normalisation", "official"))

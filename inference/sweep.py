@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from inference.config import ConfigError, config_dict
+from inference.core.config import ConfigError, config_dict
 from inference.knobs import knob_applies
 
 # Settings that do not change a finished folder's results.

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inference.config import ConfigError, parse_config, run_cli
+from inference.core.config import ConfigError, parse_config, run_cli
 from inference.engine import EngineConfig
 from inference.methods import MethodConfig
 from inference.prompts import PromptConfig
@@ -76,10 +76,10 @@ def trace_record(cfg: TraceConfig, method: MethodConfig, prompt: PromptConfig, e
                     raise ConfigError("this record has no signals: evaluate with --keep_signals true")
                 return rec
         raise ConfigError(f"question id {cfg.question_id} not in {cfg.predictions}")
-    from data_builders.schema import QAExample
+    from inference.core.models import load_causal_lm
+    from inference.core.records import QAExample
     from inference.engine import DynamicRAGEngine
     from inference.eval_data import load_eval_retriever, question_at
-    from inference.models import load_causal_lm
     from inference.prompts import PromptBuilder
 
     if cfg.question:

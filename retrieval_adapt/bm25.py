@@ -8,9 +8,9 @@ from pathlib import Path
 import bm25s
 import Stemmer
 
-from data_builders.schema import DataError, Passage
-from inference.progress import show_inner_progress
-from retrieval_adapt.base import Hit
+from inference.core.progress import show_inner_progress
+from inference.core.records import DataError, Passage
+from inference.core.retriever import Hit
 from retrieval_adapt.corpus_store import damaged, index_writer, load_meta, load_passages, save_store
 
 logger = logging.getLogger(__name__)

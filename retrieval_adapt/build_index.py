@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from data_builders.schema import DataError
-from inference.config import parse_config, run_cli, save_config
+from inference.core.config import parse_config, run_cli, save_config
+from inference.core.records import DataError
 from retrieval_adapt.corpus_store import index_writer
 
 logger = logging.getLogger(__name__)

@@ -15,10 +15,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from data_builders.atomic_files import atomic_folder, old_path, recover
 from data_builders.readers import read_passages_jsonl, write_passages_jsonl
-from data_builders.record_log import FolderLock
-from data_builders.schema import DataError, Passage
+from inference.core.atomic_files import atomic_folder, old_path, recover
+from inference.core.record_log import FolderLock
+from inference.core.records import DataError, Passage
 
 META = "meta.json"
 PASSAGES = "passages.jsonl"

@@ -15,8 +15,8 @@ import faiss
 import numpy as np
 import torch
 
-from data_builders.schema import DataError, Passage
-from retrieval_adapt.base import Hit
+from inference.core.records import DataError, Passage
+from inference.core.retriever import Hit
 from retrieval_adapt.corpus_store import damaged, index_writer, load_meta, load_passages, save_store
 from retrieval_adapt.encoders import MeanPoolingEncoder
 

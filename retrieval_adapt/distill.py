@@ -27,9 +27,9 @@ from typing import Literal
 
 import torch
 
-from data_builders.artifact_cards import push_to_hub
-from data_builders.record_log import FolderLock, check_same_settings
-from inference.progress import bar_options, library_bars_quiet
+from inference.core.cards import push_to_hub
+from inference.core.progress import bar_options, library_bars_quiet
+from inference.core.record_log import FolderLock, check_same_settings
 from retrieval_adapt import distill_checkpoints as ckpt
 from retrieval_adapt.distill_card import hub_offline, write_encoder_card_of
 from retrieval_adapt.distill_checkpoints import GracefulStop, MetricsLog, TrainerState
@@ -94,7 +94,7 @@ class DistillConfig:
             raise ValueError(f"exclude_answers must be strings, got {self.exclude_answers!r}; YAML reads bare "
                              "yes/no/true/false as booleans: quote them, e.g. ['yes', 'no']")
         if self.push_to_hub is not None:
-            from data_builders.artifact_cards import check_repo_id
+            from inference.core.cards import check_repo_id
 
             check_repo_id(self.push_to_hub)
 
@@ -208,7 +208,7 @@ def _train(cfg: DistillConfig, accelerator, out: Path) -> dict:
     from accelerate.utils import set_seed
     from tqdm.auto import tqdm
 
-    from inference.config import config_dict, save_config
+    from inference.core.config import config_dict, save_config
 
     set_seed(cfg.seed)
     out.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from data_builders.artifact_cards import write_encoder_card
+from inference.core.cards import write_encoder_card
 from retrieval_adapt import distill_checkpoints as ckpt
 
 if TYPE_CHECKING:

@@ -23,8 +23,8 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from data_builders.atomic_files import atomic_folder, commit, remove, tmp_path, write_text_atomic
-from data_builders.record_log import RecordLog
+from inference.core.atomic_files import atomic_folder, commit, remove, tmp_path, write_text_atomic
+from inference.core.record_log import RecordLog
 
 logger = logging.getLogger(__name__)
 

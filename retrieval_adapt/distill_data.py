@@ -10,7 +10,7 @@ from typing import Literal
 
 import torch
 
-from data_builders.schema import DataError
+from inference.core.records import DataError
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def check_positions(dataset, passages, where: str) -> None:
 
 def without_answers(dataset, answers: list[str]):
     """``dataset`` less the questions whose every gold answer normalises to one of ``answers``."""
-    from inference.metrics import normalize_answer
+    from inference.core.metrics import normalize_answer
 
     drop = {normalize_answer(a) for a in answers}
     if not drop:
@@ -92,7 +92,7 @@ def load_distill_data(data_dir: str | Path, index_dir: str | Path, *, device: st
 
     path = Path(data_dir) / "dataset"
     if not path.is_dir():
-        raise FileNotFoundError(f"{path} does not exist; build it with `python -m data_builders.retrieval_adapt`")
+        raise FileNotFoundError(f"{path} does not exist; build it with `python -m data_builders.distill_set`")
     data = load_from_disk(str(path))
     if exclude_answers:
         kept = {split: without_answers(data[split], exclude_answers) for split in ("train", "validation")}

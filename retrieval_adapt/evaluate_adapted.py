@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from data_builders.question_sets import QuestionsConfig, load_questions
-from inference.config import parse_config, run_cli, save_config
+from inference.core.config import parse_config, run_cli, save_config
 from inference.iter_retgen_prompts import PromptStyle
 
 logger = logging.getLogger(__name__)

@@ -1,11 +1,11 @@
-"""Open any saved index folder as a :class:`~retrieval_adapt.base.Retriever`."""
+"""Open any saved index folder as a :class:`~inference.core.retriever.Retriever`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from inference.config import ConfigError
-from retrieval_adapt.base import Retriever
+from inference.core.config import ConfigError
+from inference.core.retriever import Retriever
 from retrieval_adapt.corpus_store import damaged, load_meta
 
 

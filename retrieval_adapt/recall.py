@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from data_builders.schema import QAExample
-from inference.metrics import contained_accuracy
-from retrieval_adapt.base import Hit, Retriever
+from inference.core.metrics import contained_accuracy
+from inference.core.records import QAExample
+from inference.core.retriever import Hit, Retriever
 
 
 def gold_recall(hits: list[Hit], example: QAExample, k: int) -> float:
@@ -17,7 +17,7 @@ def gold_recall(hits: list[Hit], example: QAExample, k: int) -> float:
 
 def answer_recall(hits: list[Hit], example: QAExample, k: int) -> float:
     """1.0 when any of the top-k passages contains any gold answer: SQuAD-normalised text on word boundaries
-    (:func:`inference.metrics.contained_accuracy`), so the gold "no" is not found inside "known" or "not"."""
+    (:func:`inference.core.metrics.contained_accuracy`), so the gold "no" is not found inside "known" or "not"."""
     if not any(a.strip() for a in example.answers):
         return 0.0
     return float(any(contained_accuracy(h.passage.contents, example.answers) for h in hits[:k]))

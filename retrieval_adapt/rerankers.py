@@ -21,8 +21,8 @@ from typing import Literal
 import torch
 from tqdm.auto import tqdm
 
-from data_builders.schema import Passage
-from inference.progress import bar_options
+from inference.core.progress import bar_options
+from inference.core.records import Passage
 
 LLMScore = Literal["answer_logprob", "yes_logprob"]
 
@@ -82,7 +82,7 @@ class CrossEncoderReranker(Reranker):
     def from_name(cls, name: str, **kwargs) -> CrossEncoderReranker:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from inference.models import resolve_device, resolve_model
+        from inference.core.models import resolve_device, resolve_model
 
         path = resolve_model(name)
         model = AutoModelForSequenceClassification.from_pretrained(path).to(resolve_device("auto"))
@@ -138,7 +138,7 @@ class LLMReranker(Reranker):
         self.batch_size, self.max_passage_chars, self.show_progress = batch_size, max_passage_chars, show_progress
 
     def prompt(self, item: RerankItem, passage: Passage) -> str:
-        from inference.generation import chat_prompt
+        from inference.core.generation import chat_prompt
 
         text = passage.text[: self.max_passage_chars]
         lines = [f"Paragraph: {passage.title}: {text}" if passage.title else f"Paragraph: {text}",
@@ -202,7 +202,7 @@ def build_reranker(kind: Literal["llm", "cross_encoder"], model_name: str, *, mo
         return CrossEncoderReranker.from_name(model_name, use_y1=use_y1, batch_size=batch_size,
                                               show_progress=show_progress)
     if kind == "llm":
-        from inference.models import ModelOptions, load_causal_lm
+        from inference.core.models import ModelOptions, load_causal_lm
 
         model, tokenizer = load_causal_lm(model_name, ModelOptions(dtype=dtype))  # type: ignore[arg-type]
         return LLMReranker(model, tokenizer, mode=mode, use_y1=use_y1, batch_size=batch_size,

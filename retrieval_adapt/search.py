@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from inference.config import run_cli
+from inference.core.config import run_cli
 from retrieval_adapt.loading import load_retriever
 
 

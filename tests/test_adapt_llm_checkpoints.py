@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inference.config import ConfigError
+from inference.core.config import ConfigError
 from training.adapt_llm_checkpoints import (
     check_resumable,
     checkpoint_complete,
@@ -18,7 +18,7 @@ from training.adapt_llm_checkpoints import (
     previous_runtimes,
     whole_run_results,
 )
-from training.adapt_llm_lib import resolve_checkpoint  # what the training job calls
+from training.lora_sft import resolve_checkpoint  # what the training job calls
 
 
 def _checkpoint(root: Path, step: int, state: bool = True, weights: str | None = "adapter_model.safetensors") -> Path:

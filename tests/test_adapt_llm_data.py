@@ -21,15 +21,15 @@ from data_builders.adapt_llm import (
     make_judge,
     split_rows,
 )
-from data_builders.adapt_prompts import (
+from data_builders.adapt_llm_prompts import (
     TEMPLATE_DIR,
     context_prompt,
     never_retrieve_prompt,
     parametric_prompt,
 )
 from data_builders.adapt_world import world_split
-from data_builders.schema import DataError, Passage, QAExample
-from inference.config import ConfigError, run_cli
+from inference.core.config import ConfigError, run_cli
+from inference.core.records import DataError, Passage, QAExample
 
 HEAD = ("Below is an instruction that describes a task, paired with an input that provides further context. "
         "Write a response that appropriately completes the request.\n\n### Instruction:\n")
@@ -91,7 +91,7 @@ def test_templates_are_data_and_readme_paths_exist():
         json.loads((TEMPLATE_DIR / name).read_text())
     readme = (TEMPLATE_DIR / "README.md").read_text()
     root = TEMPLATE_DIR.parents[1]
-    for path in ("data_builders/adapt_prompts.py",):
+    for path in ("data_builders/adapt_llm_prompts.py",):
         assert path in readme and (root / path).is_file()
 
 
@@ -213,7 +213,7 @@ def test_world_source_sampling(tmp_path):
     (["--closed_book_batch_size", "0"], "closed_book_batch_size"),
 ])
 def test_bad_config_fails(override, message):
-    from inference.config import parse_config
+    from inference.core.config import parse_config
 
     with pytest.raises(ConfigError, match=message):
         parse_config((AdaptDataConfig,), override)
@@ -283,7 +283,7 @@ def test_baseline_modes_build_one_gold_instance_per_question(tmp_path, mode):
 
 
 def test_mode_is_checked():
-    from inference.config import parse_config
+    from inference.core.config import parse_config
 
     assert parse_config((AdaptDataConfig,), [])[0].mode == "adapt"
     with pytest.raises((ConfigError, SystemExit)):
@@ -297,7 +297,7 @@ def _long_passage(answer_at: int, n: int = 300, answer: str = "Zanzibar") -> str
 
 
 def test_answer_window_keeps_an_answer_beyond_the_first_words():
-    from data_builders.adapt_prompts import answer_window
+    from data_builders.adapt_llm_prompts import answer_window
 
     # answer at word 150 of 300, 100 words kept: centred, 49 words before it and 50 after (slack 99 // 2)
     cut = answer_window(_long_passage(150), 100, ["zanzibar"])

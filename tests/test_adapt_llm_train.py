@@ -16,12 +16,12 @@ from conftest import bos_tokenizer
 from datasets import Dataset, DatasetDict
 
 from data_builders.adapt_llm import COLUMNS, AdaptDataConfig, build_adapt_dataset
-from data_builders.adapt_prompts import parametric_prompt
-from data_builders.schema import Passage, QAExample
-from inference.config import ConfigError, parse_config, run_cli
-from inference.models import load_tokenizer
+from data_builders.adapt_llm_prompts import parametric_prompt
+from inference.core.config import ConfigError, parse_config, run_cli
+from inference.core.models import load_tokenizer
+from inference.core.records import Passage, QAExample
 from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig
-from training.adapt_llm_lib import (
+from training.lora_sft import (
     add_ret_token,
     build_peft_model,
     check_adapter,
@@ -116,7 +116,7 @@ def test_ret_rows_change_after_one_step(tiny_dir, data, tmp_path, mode):
     """The <RET> embedding row and output row (tied) train; LoRA trains; with trainable tokens nothing else."""
     from trl import SFTTrainer
 
-    from training.adapt_llm_lib import sft_config
+    from training.lora_sft import sft_config
 
     _, dsd = data
     tokenizer = load_tokenizer(str(tiny_dir))
@@ -165,7 +165,7 @@ def test_train_adapt_writes_checked_adapter_and_resumes(tiny_dir, data, tmp_path
 
 
 def test_ret_row_gets_its_own_learning_rate(tiny_dir):
-    from training.adapt_llm_lib import build_optimizer
+    from training.lora_sft import build_optimizer
 
     tokenizer = load_tokenizer(str(tiny_dir))
     model = _tiny_model(len(tokenizer))
@@ -180,7 +180,7 @@ def test_ret_row_gets_its_own_learning_rate(tiny_dir):
 
 def test_loaded_adapter_generates_with_p_ret(tiny_dir, data, tmp_path):
     from inference.adapt_gate import model_generator
-    from inference.models import load_causal_lm
+    from inference.core.models import load_causal_lm
 
     data_cfg, dsd = data
     train_adapt(data_cfg, _train_cfg(tmp_path / "m", merge_adapter=True), dsd)
@@ -282,8 +282,8 @@ def test_untied_model_trains_both_ret_rows_and_emits_ret_after_reload(untied_dir
     reload, or greedy decoding never emits <RET>. All-<RET> targets, then inference's greedy path from disk."""
     from safetensors import safe_open
 
-    from inference.generation import generate_texts
-    from inference.models import load_causal_lm
+    from inference.core.generation import generate_texts
+    from inference.core.models import load_causal_lm
 
     prompts = [parametric_prompt(f"Where is Town{i}?") for i in range(8)]
     data_cfg = AdaptDataConfig(data_dir=str(tmp_path / "data"), base_model=str(untied_dir))
@@ -306,7 +306,7 @@ def test_untied_model_trains_both_ret_rows_and_emits_ret_after_reload(untied_dir
 def test_check_adapter_wants_the_head_row_on_an_untied_model(tiny_dir, untied_dir, data, tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from training.adapt_llm_lib import lora_config, ret_token_modules
+    from training.lora_sft import lora_config, ret_token_modules
 
     assert ret_token_modules(_tiny_model(8, tied=True)) == ("embed_tokens",)
     assert ret_token_modules(_tiny_model(8, tied=False)) == ("embed_tokens", "lm_head")
@@ -333,7 +333,7 @@ def test_training_ids_are_inference_prompt_ids(tmp_path, monkeypatch):
     already starts with it (as a chat template writes it); trl alone would put two there."""
     import trl
 
-    from inference.tokenization import prompt_ids
+    from inference.core.tokenization import prompt_ids
 
     tokenizer = bos_tokenizer()
     base = _save_tiny(tmp_path / "bos-model", tokenizer=tokenizer)
@@ -390,7 +390,7 @@ def test_adapter_names_a_base_that_plain_peft_loads(tiny_dir, data, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from inference.models import ADAPTER_BASE_FILE, load_causal_lm
+    from inference.core.models import ADAPTER_BASE_FILE, load_causal_lm
 
     data_cfg, dsd = data
     out = tmp_path / "model"
@@ -414,9 +414,9 @@ def test_embedded_base_is_recorded_by_its_hub_id_and_loaded_by_its_embedded_name
     """An adapter on the embedded SmolLM2 names HuggingFaceTB/SmolLM2-135M-Instruct (the same model, loadable
     anywhere); adaptive_rag.json keeps `smollm2-135m`, which the project's loader and checks prefer (offline
     too, where the hub id is not in the cache)."""
+    from inference.core.models import adapter_base
     from inference.eval_checks import check_model_name
-    from inference.models import adapter_base
-    from training.adapt_llm_lib import loadable_base, project_base, record_adapter_base
+    from training.lora_sft import loadable_base, project_base, record_adapter_base
 
     assert loadable_base("smollm2-135m") == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert loadable_base("meta-llama/Llama-2-7b-hf") == "meta-llama/Llama-2-7b-hf"
@@ -468,7 +468,7 @@ def _script():
 ])
 def test_job_checks_its_inputs_before_any_model_loads(data, tmp_path, monkeypatch, capsys, fields, message):
     """The SQuAD -> PopQA recipe once failed only after Algorithm 1 and training, at its evaluation index."""
-    import inference.models
+    import inference.core.models
 
     data_cfg, _ = data
     monkeypatch.chdir(tmp_path)
@@ -476,7 +476,7 @@ def test_job_checks_its_inputs_before_any_model_loads(data, tmp_path, monkeypatc
     def no_load(*args, **kwargs):
         raise AssertionError("a model loaded before the inputs were checked")
 
-    monkeypatch.setattr(inference.models, "load_causal_lm", no_load)
+    monkeypatch.setattr(inference.core.models, "load_causal_lm", no_load)
     fields = {k: str(tmp_path) if v == "HERE" else v for k, v in fields.items()}
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({
@@ -493,17 +493,17 @@ def test_training_frees_its_model_before_the_evaluation_loads_one(tiny_dir, data
     still resident (3.6 GB against 1.6 GB once freed)."""
     import weakref
 
-    import inference.models
+    import inference.core.models
 
     data_cfg, dsd = data
     models = []
-    real = inference.models.load_causal_lm
+    real = inference.core.models.load_causal_lm
 
     def recording(*args, **kwargs):
         model, tokenizer = real(*args, **kwargs)
         models.append(weakref.ref(model))
         return model, tokenizer
 
-    monkeypatch.setattr(inference.models, "load_causal_lm", recording)
+    monkeypatch.setattr(inference.core.models, "load_causal_lm", recording)
     train_adapt(data_cfg, _train_cfg(tmp_path / "model"), dsd)
     assert len(models) == 1 and models[0]() is None

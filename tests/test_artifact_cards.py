@@ -16,14 +16,14 @@ from conftest import tiny_llama
 from huggingface_hub import DatasetCard, ModelCard
 
 from data_builders.adapt_llm import AdaptDataConfig, load_adapt_dataset, save_dataset
-from data_builders.artifact_cards import (
+from inference.core.cards import (
     PushToHubError,
     push_to_hub,
     write_adapter_card,
     write_dataset_card,
 )
-from data_builders.schema import Passage
-from inference.config import run_cli
+from inference.core.config import run_cli
+from inference.core.records import Passage
 
 SHA = "ab" * 32
 
@@ -179,8 +179,8 @@ def distill_setup(tmp_path_factory) -> dict[str, Path]:
     """A tiny random BERT encoder, a dense index over 8 passages and a distillation dataset (as test_distill)."""
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from data_builders.retrieval_adapt_io import to_dataset_dict
-    from inference.models import resolve_model
+    from data_builders.distill_rows import to_dataset_dict
+    from inference.core.models import resolve_model
     from retrieval_adapt.dense import DenseRetriever
     from retrieval_adapt.encoders import MeanPoolingEncoder
 
@@ -204,8 +204,8 @@ def distill_setup(tmp_path_factory) -> dict[str, Path]:
 def test_retrieval_adapt_data_card(distill_setup, tmp_path):
     from datasets import load_dataset
 
+    from data_builders.distill_set import RetrievalAdaptDataConfig
     from data_builders.question_sets import QuestionsConfig
-    from data_builders.retrieval_adapt import RetrievalAdaptDataConfig
 
     folder = distill_setup["data"]
     stats = json.loads((folder / "stats.json").read_text())

@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from data_builders.adapt_closed_book import answer_closed_book, read_answers
-from data_builders.record_log import FolderInUseError
-from data_builders.schema import DataError, QAExample
+from inference.core.record_log import FolderInUseError
+from inference.core.records import DataError, QAExample
 
 WHO = {"model": "m", "prompt_variant": "paper", "max_new_tokens": 4}
 

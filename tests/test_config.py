@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inference.config import ConfigError, parse_config, run_cli
+from inference.core.config import ConfigError, parse_config, run_cli
 from retrieval_adapt.build_index import IndexConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +117,7 @@ def test_ctrl_c_is_one_line_and_exit_130(capsys):
 
 
 def test_run_cli_catches_a_locked_folder_and_path_mistakes(tmp_path, capsys):
-    from data_builders.record_log import FolderInUseError
+    from inference.core.record_log import FolderInUseError
 
     def locked(argv):
         raise FolderInUseError("runs/x is being written: another run (PID 7) holds it")
@@ -173,7 +173,7 @@ def test_help_shows_the_yaml_values_as_defaults(tmp_path, capsys):
 def test_field_comments_give_help():
     from dataclasses import dataclass
 
-    from inference.config import field_comments, first_line
+    from inference.core.config import field_comments, first_line
 
     @dataclass
     class Knobs:

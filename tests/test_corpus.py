@@ -21,7 +21,7 @@ from data_builders.corpus import (
     split_into_passages,
 )
 from data_builders.readers import read_corpus, read_passages_jsonl, read_qa
-from data_builders.schema import DataError, Passage, QAExample
+from inference.core.records import DataError, Passage, QAExample
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

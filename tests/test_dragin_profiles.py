@@ -12,8 +12,8 @@ import yaml
 from scripted_lm import scripted_llama
 
 from data_builders.readers import write_qa_jsonl
-from data_builders.schema import QAExample
 from inference import evaluate as ev
+from inference.core.records import QAExample
 from inference.engine import DynamicRAGEngine, EngineConfig
 from inference.methods import MethodConfig
 from inference.prompts import PromptBuilder, PromptConfig

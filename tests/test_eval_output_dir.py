@@ -8,9 +8,9 @@ from pathlib import Path
 import yaml
 
 from data_builders.readers import write_qa_jsonl
-from data_builders.schema import QAExample
 from inference import evaluate as ev
 from inference import sweep
+from inference.core.records import QAExample
 from inference.engine import EngineConfig
 from inference.methods import MethodConfig
 from inference.prompts import PromptConfig

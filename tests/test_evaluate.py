@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from data_builders.readers import write_qa_jsonl
-from data_builders.schema import DataError, Passage, QAExample
 from inference import evaluate as ev
+from inference.core.records import DataError, Passage, QAExample
+from inference.core.scoring import summarise
 from inference.engine import EngineConfig
 from inference.methods import MethodConfig
 from inference.prompts import PromptConfig
-from inference.scoring import summarise
 from inference.trace import render
 
 ROOT = Path(__file__).resolve().parents[1]

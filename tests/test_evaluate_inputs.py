@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-import inference.models
+import inference.core.models
 from data_builders.readers import write_qa_jsonl
-from data_builders.schema import QAExample
 from inference import evaluate as ev
-from inference.config import run_cli
+from inference.core.config import run_cli
+from inference.core.records import QAExample
 from inference.eval_data import question_at
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,7 +108,7 @@ CASES = ["empty JSONL", "empty JSON list", "TSV with only its header", "start pa
 
 @pytest.mark.parametrize("case", CASES)
 def test_bad_input_is_one_line_before_anything_loads_or_is_written(case, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(inference.models, "load_causal_lm", no_model)
+    monkeypatch.setattr(inference.core.models, "load_causal_lm", no_model)
     cases = _bad_inputs(tmp_path)
     assert sorted(cases) == sorted(CASES)
     argv, message = cases[case]
@@ -221,9 +221,9 @@ def test_ctrl_c_says_what_was_saved_and_the_rerun_resumes(tmp_path, monkeypatch,
 def test_a_model_that_fails_to_load_leaves_no_folder(tmp_path, monkeypatch, capsys):
     """Past the checks, a load that still fails (a hub id, a corrupt checkpoint) takes the folder it made away."""
     def fail(*args, **kwargs):
-        raise inference.models.ModelNotFoundError("cannot load model 'x'")
+        raise inference.core.models.ModelNotFoundError("cannot load model 'x'")
 
-    monkeypatch.setattr(inference.models, "load_causal_lm", fail)
+    monkeypatch.setattr(inference.core.models, "load_causal_lm", fail)
     argv = argv_for(tmp_path)
     assert run_cli(ev.main, argv=argv) == 2
     assert "cannot load model" in one_error_line(capsys) and not (tmp_path / "out").exists()
@@ -254,7 +254,7 @@ def test_data_parallel_processes_stop_together_on_a_locked_folder(tmp_path, live
 
 
 def test_trace_question_index_out_of_range_is_one_line(capsys, tmp_path):
-    from inference.config import run_cli
+    from inference.core.config import run_cli
     from inference.trace import main as trace_main
 
     out = tmp_path / "t.html"

@@ -12,13 +12,13 @@ from conftest import FakeRetriever as EchoRetriever
 from conftest import tiny_llama
 from test_adapt_gate import GOLD, POP, SCRIPT, FakeRetriever, StubGenerator
 
+import inference.core.models
 import inference.eval_data
 import inference.gate_eval
-import inference.models
 from data_builders.readers import write_qa_jsonl
-from data_builders.schema import QAExample
 from inference import evaluate as ev
-from inference.config import run_cli
+from inference.core.config import run_cli
+from inference.core.records import QAExample
 from inference.engine import EngineConfig
 from inference.gate_eval import GateMethodConfig, inner_method
 from inference.methods import MethodConfig
@@ -50,7 +50,7 @@ def world(tmp_path, monkeypatch):
         stubs["retrievers"] += 1
         return stubs["ret"]
 
-    monkeypatch.setattr(inference.models, "load_causal_lm", lambda name, opts=None: ("model", stubs["tokenizer"]))
+    monkeypatch.setattr(inference.core.models, "load_causal_lm", lambda name, opts=None: ("model", stubs["tokenizer"]))
     monkeypatch.setattr(inference.eval_data, "load_eval_retriever", load_retriever)
     monkeypatch.setattr(inference.gate_eval, "model_generator", lambda *a, **k: stubs["gen"])
     stubs["data"] = data
@@ -151,12 +151,12 @@ def test_inner_method_config():
 @pytest.mark.parametrize("inner", ["dragin", "iter-retgen"])
 def test_gate_wraps_inner_method(tmp_path, world, monkeypatch, inner):
     """Only the questions whose parametric output says <RET> (b, d) reach the inner method, on a real tiny model."""
-    from inference.models import load_tokenizer
+    from inference.core.models import load_tokenizer
 
     tokenizer = load_tokenizer("smollm2-135m")
     tokenizer.add_special_tokens({"additional_special_tokens": ["<RET>"]})
     world["tokenizer"], world["ret"] = tokenizer, EchoRetriever()  # takes any query (DRAGIN's are words)
-    monkeypatch.setattr(inference.models, "load_causal_lm", lambda name, opts=None: (tiny_llama(len(tokenizer)),
+    monkeypatch.setattr(inference.core.models, "load_causal_lm", lambda name, opts=None: (tiny_llama(len(tokenizer)),
                                                                                      tokenizer))
     seen: list[str] = []
     real = ev.method_runner

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inference.generation import generate_texts
+from inference.core.generation import generate_texts
 
 
 def test_generate_texts_matches_generate_one_by_one(tiny_model, smol_tokenizer):

@@ -8,8 +8,8 @@ import pytest
 import torch
 from gguf_files import TOKENS, tiny_hf_model, write_gguf
 
-from inference import gguf_convert
-from inference.models import ModelNotFoundError, load_causal_lm, load_tokenizer
+from inference.core import gguf_convert
+from inference.core.models import ModelNotFoundError, load_causal_lm, load_tokenizer
 
 IDS = torch.tensor([[4, 5, 30, 31, 33, 9, 34, 20]])
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from data_builders.schema import Passage, QAExample
+from inference.core.records import Passage, QAExample
+from inference.core.retriever import Hit
 from inference.iter_retgen import IterRetGen, IterRetGenConfig, LMGenerator, iteration_curve, join_query
 from inference.iter_retgen_prompts import PAPER_DEMOS, Prompt, build_prompt
-from retrieval_adapt.base import Hit
 
 
 class EchoGenerator:
@@ -127,7 +127,7 @@ def test_lm_generator_with_tiny_model(tiny_model, smol_tokenizer, fake_retriever
 
 
 def test_answer_recall_matches_whole_words_only():
-    from data_builders.schema import QAExample
+    from inference.core.records import QAExample
     from retrieval_adapt.recall import answer_recall
 
     hits = [Hit(Passage("a", "A", "It is well known that nothing was built."), 1.0),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from data_builders.schema import Passage, QAExample
+from inference.core.records import Passage, QAExample
 from inference.engine import DynamicRAGEngine, EngineConfig, QuestionState, qfs_eligible
 from inference.methods import Event, MethodConfig, RoundView, check_trigger, form_query
 from inference.prompts import PromptBuilder, PromptConfig

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from inference.models import (
+from inference.core.models import (
     ModelNotFoundError,
     adapter_base,
     load_causal_lm,
@@ -87,7 +87,7 @@ def test_adapter_whose_base_is_missing_names_both(tmp_path):
 def test_refuses_4bit_without_cuda():
     if torch.cuda.is_available():
         pytest.skip("CUDA present")
-    from inference.models import ModelOptions
+    from inference.core.models import ModelOptions
 
     with pytest.raises(RuntimeError, match="needs CUDA"):
         load_causal_lm("smollm2-135m", ModelOptions(load_in_4bit=True))
@@ -95,7 +95,7 @@ def test_refuses_4bit_without_cuda():
 
 @pytest.mark.slow
 def test_smollm2_loads_and_answers(smol_model):
-    from inference.generation import chat_prompt, generate_texts
+    from inference.core.generation import chat_prompt, generate_texts
 
     model, tokenizer = smol_model
     assert type(model).__name__ == "LlamaForCausalLM"

@@ -10,8 +10,8 @@ import torch
 from datasets import Dataset
 
 from training.adapt_llm_config import AdaptTrainConfig
-from training.adapt_llm_lib import sft_config
 from training.adapt_llm_tokens import tokenize_split
+from training.lora_sft import sft_config
 from training.varlen_attention import register as register_varlen
 from training.varlen_attention import use_for_padding_free
 

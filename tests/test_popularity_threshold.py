@@ -7,8 +7,8 @@ from dataclasses import asdict
 
 import pytest
 
-from data_builders.schema import DataError
 from inference.adapt_gate import GateRecord
+from inference.core.records import DataError
 from inference.popularity_threshold import main, read_records, report, tune_threshold
 
 

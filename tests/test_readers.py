@@ -23,7 +23,7 @@ from data_builders.readers import (
     write_passages_jsonl,
     write_qa_jsonl,
 )
-from data_builders.schema import DataError, Passage, QAExample
+from inference.core.records import DataError, Passage, QAExample
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inference.config import parse_config
+from inference.core.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -28,9 +28,9 @@ def program_types(program: str) -> tuple[type, ...]:
         from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig
 
         return AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig
-    if program == "data_builders.retrieval_adapt":
+    if program == "data_builders.distill_set":
+        from data_builders.distill_set import RetrievalAdaptDataConfig
         from data_builders.question_sets import QuestionsConfig
-        from data_builders.retrieval_adapt import RetrievalAdaptDataConfig
 
         return QuestionsConfig, RetrievalAdaptDataConfig
     if program == "training/distill_retriever.py":

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from data_builders.schema import DataError
 from inference import report
-from inference.config import ConfigError, run_cli, save_config
+from inference.core.config import ConfigError, run_cli, save_config
+from inference.core.records import DataError
+from inference.core.scoring import summarise
 from inference.engine import EngineConfig
 from inference.evaluate import EvalConfig
 from inference.gate_eval import GateMethodConfig
 from inference.methods import MethodConfig
 from inference.prompts import PromptConfig
 from inference.report_figures import iteration_curve, pareto
-from inference.scoring import summarise
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from data_builders.distill_rows import check_row, read_rows, split_ids
+from data_builders.distill_set import RetrievalAdaptDataConfig, build
 from data_builders.question_sets import QuestionsConfig, load_questions
-from data_builders.retrieval_adapt import RetrievalAdaptDataConfig, build
-from data_builders.retrieval_adapt_io import check_row, read_rows, split_ids
-from data_builders.schema import DataError, Passage
 from data_builders.world import WorldConfig, build_world
-from inference.config import ConfigError
+from inference.core.config import ConfigError
+from inference.core.records import DataError, Passage
+from inference.core.retriever import Hit
 from inference.iter_retgen import IterRetGen, IterRetGenConfig
-from retrieval_adapt.base import Hit
 from retrieval_adapt.evaluate_adapted import EvaluateAdaptedConfig, evaluate
 
 
@@ -208,8 +208,8 @@ def test_locked_output_folder_fails_in_one_line_and_stale_lock_is_taken_over(wor
     import subprocess
     import sys
 
-    from data_builders.retrieval_adapt import main
-    from inference.config import run_cli
+    from data_builders.distill_set import main
+    from inference.core.config import run_cli
 
     out = tmp_path / "d"
     _lock(out, os.getppid())  # a live process holds the folder

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from data_builders.distill_set import RetrievalAdaptDataConfig, build
 from data_builders.question_sets import QuestionsConfig, load_questions
-from data_builders.retrieval_adapt import RetrievalAdaptDataConfig, build
 from retrieval_adapt.dense import DenseRetriever
 from retrieval_adapt.distill import DistillConfig, train
 from retrieval_adapt.encoders import MeanPoolingEncoder

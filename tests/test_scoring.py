@@ -7,14 +7,14 @@ import json
 import pytest
 
 from data_builders.readers import write_qa_jsonl
-from data_builders.schema import QAExample
 from inference import evaluate as ev
-from inference.config import ConfigError, parse_config
+from inference.core.config import ConfigError, parse_config
+from inference.core.records import QAExample
+from inference.core.scoring import score_record, summarise
 from inference.engine import EngineConfig
 from inference.gate_eval import GateMethodConfig
 from inference.methods import MethodConfig
 from inference.prompts import PromptConfig
-from inference.scoring import score_record, summarise
 
 
 def _rec(output: str, answers: list) -> dict:

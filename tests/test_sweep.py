@@ -12,7 +12,7 @@ import yaml
 
 from inference import evaluate as ev
 from inference import knobs, sweep
-from inference.config import ConfigError, config_dict, run_cli, save_config
+from inference.core.config import ConfigError, config_dict, run_cli, save_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TYPES = (ev.EvalConfig, ev.MethodConfig, ev.PromptConfig, ev.EngineConfig, ev.GateMethodConfig)

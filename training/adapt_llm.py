@@ -51,7 +51,7 @@ logger = logging.getLogger("adapt_llm")
 
 
 def parse(argv: list[str]) -> tuple[AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig]:
-    from inference.config import parse_config
+    from inference.core.config import parse_config
 
     return parse_config((AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig), argv or [str(DEMO_CONFIG)],
                         prog="training/adapt_llm.py")
@@ -64,7 +64,7 @@ def build_data(data_cfg: AdaptDataConfig, state):
     if state.is_main_process:
         build_adapt_dataset(data_cfg)
         if data_cfg.push_dataset_to_hub:
-            from data_builders.artifact_cards import push_to_hub
+            from inference.core.cards import push_to_hub
 
             push_to_hub(data_cfg.data_dir, data_cfg.push_dataset_to_hub, repo_type="dataset")
     state.wait_for_everyone()
@@ -76,7 +76,7 @@ def check_inputs(data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, eval_cf
     not after Algorithm 1 and training. The base model's name, the training questions' file, the output
     folders, a 4-/8-bit request without CUDA, and with ``evaluate: true`` the evaluation's questions and index."""
     from data_builders.adapt_llm import check_data_dir_mode
-    from inference.config import ConfigError
+    from inference.core.config import ConfigError
     from inference.eval_checks import check_model_name, check_output_dir
 
     check_model_name(data_cfg.base_model, flag="--base_model")
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     # imported after the arguments are parsed and checked: --help and a mistake cost no torch/trl start-up
     from accelerate import PartialState
 
-    from training.adapt_llm_lib import train_adapt
+    from training.lora_sft import train_adapt
 
     state = PartialState()
     timings: dict[str, float] = {}
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     timings["data_s"] = time.time() - start
     state.print(f"Algorithm 1 data: train {len(dsd['train'])}, validation {len(dsd['validation'])} instances")
     if state.is_main_process and train_cfg.report_to == "wandb":
-        from inference.wandb_logging import log_run
+        from inference.core.wandb_logging import log_run
 
         stats = json.loads((Path(data_cfg.data_dir) / "stats.json").read_text())
         log_run("wandb", job="algorithm1", name=Path(data_cfg.data_dir).name, config=asdict(data_cfg),
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"\nThis model was trained as the paper's {data_cfg.mode.upper()}-LLM: its "
                   f"{'NR' if data_cfg.mode == 'nr' else 'AR'} row is the baseline to compare with ADAPT-LLM.")
         print("\nThreshold rule on p(<RET> first), re-decided offline:\n" + result["sweep_table"])
-        from data_builders.artifact_cards import write_adapter_card
+        from inference.core.cards import write_adapter_card
 
         out = Path(train_cfg.output_dir)
         write_adapter_card(out, yaml.safe_load((out / "config.yaml").read_text()),
@@ -152,12 +152,12 @@ def main(argv: list[str] | None = None) -> None:
         (Path(train_cfg.output_dir) / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
         print("\nwall time: " + ", ".join(f"{k[:-2]} {v:.0f}s" for k, v in timings.items()))
         if train_cfg.push_to_hub:
-            from data_builders.artifact_cards import push_to_hub
+            from inference.core.cards import push_to_hub
 
             print("pushed to " + str(push_to_hub(train_cfg.output_dir, train_cfg.push_to_hub, repo_type="model")))
 
 
 if __name__ == "__main__":
-    from inference.config import run_cli
+    from inference.core.config import run_cli
 
     sys.exit(run_cli(main))

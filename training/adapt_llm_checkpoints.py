@@ -78,7 +78,7 @@ def check_resumable(output_dir: str | Path, current: dict[str, Any]) -> None:
     """Refuse to continue checkpoints that were written with another recipe (``config.yaml`` in output_dir)."""
     import yaml
 
-    from inference.config import ConfigError
+    from inference.core.config import ConfigError
 
     saved_path = Path(output_dir) / "config.yaml"
     if not saved_path.is_file():

@@ -87,7 +87,7 @@ class AdaptTrainConfig:
         if self.eval_steps is not None and self.eval_steps <= 0:
             raise ValueError(f"eval_steps must be > 0 or null, got {self.eval_steps}")
         if self.push_to_hub is not None:
-            from data_builders.artifact_cards import check_repo_id
+            from inference.core.cards import check_repo_id
 
             check_repo_id(self.push_to_hub)
 

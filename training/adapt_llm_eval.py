@@ -16,7 +16,6 @@ from typing import Any
 
 from data_builders.adapt_llm import AdaptDataConfig
 from data_builders.adapt_world import world_split
-from data_builders.schema import DataError, QAExample
 from inference.adapt_gate import (
     AdaptGate,
     GateConfig,
@@ -26,7 +25,8 @@ from inference.adapt_gate import (
     summarize,
     sweep_threshold,
 )
-from inference.config import ConfigError
+from inference.core.config import ConfigError
+from inference.core.records import DataError, QAExample
 from training.adapt_llm_config import AdaptEvalConfig
 
 logger = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ def gate_config(data_cfg: AdaptDataConfig, eval_cfg: AdaptEvalConfig) -> GateCon
 
 def load_for_eval(model_dir: str, dtype: str = "auto"):
     """The trained adapter as the gate will be used: base + adapter, merged in memory for faster generation."""
-    from inference.models import ModelOptions, load_causal_lm
+    from inference.core.models import ModelOptions, load_causal_lm
 
     model, tokenizer = load_causal_lm(model_dir, ModelOptions(dtype=dtype))
     if hasattr(model, "merge_and_unload"):

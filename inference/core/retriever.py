@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from data_builders.schema import Passage
+from inference.core.records import Passage
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ with the current dense retriever; score each with the re-ranker, which sees the 
     OUT/stats.json     counts, teacher/retriever quality on gold passages, source hashes, wall times
     OUT/config.yaml    the resolved configuration
 
-    python -m data_builders.retrieval_adapt retrieval_adapt/configs/data_world.yaml
-    python -m data_builders.retrieval_adapt retrieval_adapt/configs/data_world.yaml --end 20 --out runs/tmp
+    python -m data_builders.distill_set retrieval_adapt/configs/data_world.yaml
+    python -m data_builders.distill_set retrieval_adapt/configs/data_world.yaml --end 20 --out runs/tmp
 
 Resumable: a rerun with the same OUT skips the question ids already in rows.jsonl (a row half-written when a
 run died is dropped and redone). Changing a setting that changes the rows requires a fresh OUT.
@@ -29,14 +29,14 @@ from typing import Literal
 
 import yaml
 
-from data_builders.atomic_files import atomic_folder, write_text_atomic
+from data_builders.distill_rows import append_rows, read_rows, row_stats, to_dataset_dict
 from data_builders.question_sets import QuestionsConfig, file_hash, load_questions, source_hash
-from data_builders.record_log import FolderLock
-from data_builders.retrieval_adapt_io import append_rows, read_rows, row_stats, to_dataset_dict
-from data_builders.schema import QAExample
-from inference.config import ConfigError, config_dict, parse_config, run_cli, save_config
+from inference.core.atomic_files import atomic_folder, write_text_atomic
+from inference.core.config import ConfigError, config_dict, parse_config, run_cli, save_config
+from inference.core.record_log import FolderLock
+from inference.core.records import QAExample
+from inference.core.wandb_logging import check_report_to, log_run
 from inference.iter_retgen_prompts import PromptStyle
-from inference.wandb_logging import check_report_to, log_run
 
 logger = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ def _build(out: Path, qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, mode
 
 def main(argv: list[str] | None = None) -> None:
     qcfg, cfg = parse_config((QuestionsConfig, RetrievalAdaptDataConfig), argv,
-                             prog="python -m data_builders.retrieval_adapt")
+                             prog="python -m data_builders.distill_set")
     start = time.perf_counter()
     _, stats = build(qcfg, cfg)
     print(json.dumps(stats, indent=2))

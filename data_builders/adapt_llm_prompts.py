@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from data_builders.schema import Passage
+from inference.core.records import Passage
 
 RET_TOKEN = "<RET>"
 PromptVariant = Literal["paper", "reference"]

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from data_builders.schema import DataError
+from inference.core.records import DataError
 
 logger = logging.getLogger(__name__)
 

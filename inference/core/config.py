@@ -262,11 +262,11 @@ def run_cli(main, *, argv: list[str] | None = None, resume_hint: str = DEFAULT_R
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
-    """The exceptions that are a user's mistake. ``ModelNotFoundError`` counts only once ``inference.models`` was
+    """The exceptions that are a user's mistake. ``ModelNotFoundError`` counts only once ``inference.core.models`` was
     imported (nothing else can raise it), so ``--help`` and a bad flag never pay for importing torch."""
-    from data_builders.schema import DataError  # FolderInUseError (a locked or mismatched folder) is one
+    from inference.core.records import DataError  # FolderInUseError (a locked or mismatched folder) is one
 
-    models = sys.modules.get("inference.models")
+    models = sys.modules.get("inference.core.models")
     return (ConfigError, DataError, *_PATH_ERRORS, *((models.ModelNotFoundError,) if models else ()))
 
 

@@ -141,7 +141,7 @@ def decide(flags: tuple[str, ...], capability: str, probe: Callable[[], ProbeRes
     if override in ("bfloat16", "bf16"):
         return CpuDtypeDecision(torch.bfloat16, f"{ENV_VAR}={override}", flags, capability)
     if override != "auto":
-        from inference.config import ConfigError
+        from inference.core.config import ConfigError
 
         raise ConfigError(f"{ENV_VAR} must be auto, float32 or bfloat16, got '{override}'")
     if not flags:

@@ -32,11 +32,11 @@ from typing import Any, Literal
 
 import yaml
 
-from inference.config import ConfigError, write_atomic
+from inference.core.config import ConfigError, write_atomic
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CARD = "README.md"
 # Hub ids of the embedded models (what they were made from; the LM is its Q4_1 GGUF, de-quantised).
 EMBEDDED_HUB_IDS = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct",
@@ -223,13 +223,13 @@ def write_adapter_card(folder: str | Path, config: Any, metrics: Mapping[str, An
     repo = repo_id or str(folder)
     base_load = f'resolve_model("{base}")' if base in EMBEDDED_HUB_IDS else f'"{hub_base or base}"'
     load = ("from peft import PeftModel\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n"
-            + ("from inference.models import resolve_model  # this project: the embedded base\n"
+            + ("from inference.core.models import resolve_model  # this project: the embedded base\n"
                if base in EMBEDDED_HUB_IDS else "")
             + f'\ntokenizer = AutoTokenizer.from_pretrained("{repo}")  # with <RET>\n'
             f"base = AutoModelForCausalLM.from_pretrained({base_load})\n"
             "base.resize_token_embeddings(len(tokenizer))\n"
             f'model = PeftModel.from_pretrained(base, "{repo}")\n'
-            f'# in this project, the same in one call: inference.models.load_causal_lm("{repo}")')
+            f'# in this project, the same in one call: inference.core.models.load_causal_lm("{repo}")')
     meta = {"base_model": hub_base, "library_name": "peft", "pipeline_tag": "text-generation",
             "tags": ["adaptive-rag", "adapt-llm", "lora", "peft"]}
     stats_path = folder / "data_stats.json"  # the training data's stats, copied in by the training job

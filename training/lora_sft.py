@@ -32,10 +32,10 @@ import yaml
 from datasets import DatasetDict
 
 from data_builders.adapt_llm import AdaptDataConfig
-from data_builders.adapt_prompts import RET_TOKEN
-from data_builders.artifact_cards import EMBEDDED_HUB_IDS, write_adapter_card
-from data_builders.record_log import FolderLock
-from inference.wandb_logging import configure_wandb
+from data_builders.adapt_llm_prompts import RET_TOKEN
+from inference.core.cards import EMBEDDED_HUB_IDS, write_adapter_card
+from inference.core.record_log import FolderLock
+from inference.core.wandb_logging import configure_wandb
 from training.adapt_llm_checkpoints import (  # noqa: F401  (RESUME_KEYS: re-exported)
     RESUME_KEYS,
     SessionClock,
@@ -126,7 +126,7 @@ def loadable_base(name: str) -> str:
     project: an embedded model by the hub id of the same model (``smollm2-135m`` ->
     ``HuggingFaceTB/SmolLM2-135M-Instruct``), a local folder or ``.gguf`` by the absolute path of the model folder
     transformers reads (a ``.gguf``'s converted folder), a hub id as it is."""
-    from inference.models import EMBEDDED_LMS, resolve_model
+    from inference.core.models import EMBEDDED_LMS, resolve_model
 
     if name in EMBEDDED_LMS:
         return EMBEDDED_HUB_IDS[name]
@@ -143,9 +143,9 @@ def project_base(name: str) -> str:
 
 
 def record_adapter_base(folder: str | Path, base_name: str) -> None:
-    """Write ``adaptive_rag.json`` beside an adapter: :func:`inference.models.adapter_base` loads the adapter on
+    """Write ``adaptive_rag.json`` beside an adapter: :func:`inference.core.models.adapter_base` loads the adapter on
     this base (the embedded weights it was trained on) rather than on ``adapter_config.json``'s hub id."""
-    from inference.models import ADAPTER_BASE_FILE
+    from inference.core.models import ADAPTER_BASE_FILE
 
     (Path(folder) / ADAPTER_BASE_FILE).write_text(json.dumps({"base_model": project_base(base_name)}, indent=2)
                                                   + "\n")
@@ -255,7 +255,7 @@ def check_adapter(output_dir: str | Path, cfg: AdaptTrainConfig,
 
 def _write_outputs(output_dir: Path, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, extra: Any) -> None:
     """Resolved config (with the data's source hash, which resuming checks) and the dataset stats."""
-    from inference.config import config_dict
+    from inference.core.config import config_dict
 
     output_dir.mkdir(parents=True, exist_ok=True)
     stats_path = Path(data_cfg.data_dir) / "stats.json"
@@ -319,7 +319,7 @@ def _train_locked(state: Any, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainCo
                   extra_configs: tuple) -> dict[str, Any]:
     from trl import SFTTrainer
 
-    from inference.models import ModelOptions, load_causal_lm
+    from inference.core.models import ModelOptions, load_causal_lm
 
     out = Path(train_cfg.output_dir)
     resume = _start_output(state.is_main_process, data_cfg, train_cfg, extra_configs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inference.metrics import Normalisation, aggregate, contained_accuracy, score, yes_no_em
+from inference.core.metrics import Normalisation, aggregate, contained_accuracy, score, yes_no_em
 
 _YES_NO_GOLDS = ("yes", "no", "true", "false")
 

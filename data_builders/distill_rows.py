@@ -7,8 +7,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from data_builders.record_log import RecordLog
-from data_builders.schema import DataError
+from inference.core.record_log import RecordLog
+from inference.core.records import DataError
 
 # Per-candidate columns: all of one row's lists must be as long as its candidate_ids.
 CANDIDATE_COLUMNS = ("candidate_ids", "candidate_positions", "teacher_scores", "retriever_scores")

