@@ -24,8 +24,8 @@ import torch
 
 
 def plain_generate(model, tokenizer, prompts: list[str], batch_size: int, max_new_tokens: int) -> list[str]:
+    from inference.core.decoder import stop_token_ids
     from inference.core.tokenization import batch_prompt_ids
-    from inference.engine import stop_token_ids
 
     stops = sorted(stop_token_ids(tokenizer))
     texts = []

@@ -14,10 +14,11 @@ import time
 
 import torch
 
+from inference.core.decoder import stop_token_ids
 from inference.core.records import QAExample
 from inference.core.retriever import Retriever
 from inference.core.tokenization import prompt_ids
-from inference.engine import ANSWER_MARKER, qfs_eligible, stop_token_ids
+from inference.engine import ANSWER_MARKER, qfs_eligible
 from inference.methods import MethodConfig, RoundView, check_trigger, form_query
 from inference.prompts import PromptBuilder
 from inference.text_units import TokenText, ends_sentence

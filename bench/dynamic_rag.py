@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dragin_reference import ReferenceDragin  # noqa: E402
 
+from inference.core.decoder import BatchDecoder, Sequence  # noqa: E402
 from inference.core.models import load_causal_lm  # noqa: E402
 from inference.core.tokenization import batch_prompt_ids  # noqa: E402
-from inference.decoder import BatchDecoder, Sequence  # noqa: E402
 from inference.engine import DynamicRAGEngine, EngineConfig  # noqa: E402
 from inference.eval_data import load_eval_retriever, load_examples  # noqa: E402
 from inference.methods import MethodConfig  # noqa: E402

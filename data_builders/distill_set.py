@@ -86,7 +86,7 @@ class RetrievalAdaptDataConfig:
 def candidate_rows(examples: list[QAExample], y1s: list[str], y1_answers: list[str], retriever, reranker,
                    cfg: RetrievalAdaptDataConfig, position: dict[str, int]) -> list[dict]:
     """Candidates (retrieved with q or y1+q), their re-ranker scores, and provenance, one row per question."""
-    from inference.iter_retgen import join_query
+    from inference.core.retriever import join_query
     from retrieval_adapt.rerankers import RerankItem
 
     queries = [ex.question if cfg.candidate_query == "question" else join_query(ex.question, y)

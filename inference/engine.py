@@ -20,10 +20,10 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from inference.core.decoder import BatchDecoder, Sequence, stop_token_ids
 from inference.core.records import Passage, QAExample
 from inference.core.retriever import Retriever
 from inference.core.tokenization import prompt_ids
-from inference.decoder import BatchDecoder, Sequence
 from inference.methods import Event, MethodConfig, RoundView, check_trigger, form_query, rind_words
 from inference.prompts import PromptBuilder
 from inference.text_units import TokenText, ends_sentence
@@ -240,13 +240,3 @@ def _tokens_before(pieces: list[str], char: int) -> int:
         if pos > char:
             return i
     return len(pieces)
-
-
-def stop_token_ids(tokenizer) -> set[int]:
-    """EOS plus chat end-of-turn tokens (SmolLM2 ends a turn with <|im_end|>)."""
-    ids = set()
-    for tok in ("<|im_end|>", "<|eot_id|>", "<|end|>", "</s>", "<|endoftext|>"):
-        tid = tokenizer.convert_tokens_to_ids(tok)
-        if isinstance(tid, int) and tid != tokenizer.unk_token_id:
-            ids.add(tid)
-    return ids

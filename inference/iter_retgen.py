@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from inference.core.metrics import aggregate, extract_answer, score
 from inference.core.progress import bar_options
 from inference.core.records import QAExample
-from inference.core.retriever import Hit, Retriever
+from inference.core.retriever import Hit, Retriever, join_query
 from inference.iter_retgen_prompts import Prompt, PromptStyle, build_prompt
 
 
@@ -83,12 +83,6 @@ class LMGenerator:
         self.forward_passes += sum(g.forward_passes for g in gens)
         return [g.text for g in gens]
 
-
-def join_query(question: str, previous_output: str | None) -> str:
-    """Iteration t's query: y_{t-1} concatenated with q (iteration 1, or an empty y: q alone)."""
-    if previous_output is None or not previous_output.strip():
-        return question
-    return f"{previous_output.strip()} {question}"
 
 
 @dataclass

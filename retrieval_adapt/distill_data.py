@@ -34,7 +34,7 @@ class DistillData:
 
 def query_text(row: dict, query_input: QueryInput) -> str:
     """The retriever's input: q, or y1 joined to q the way Iter-RetGen's later iterations query."""
-    from inference.iter_retgen import join_query
+    from inference.core.retriever import join_query
 
     return row["question"] if query_input == "question" else join_query(row["question"], row["y1"])
 

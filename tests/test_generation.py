@@ -47,7 +47,7 @@ def bos_tokenizer(tokenizer):
 
 
 def test_generate_texts_puts_bos_once_where_the_tokenizer_adds_one(tiny_model, smol_tokenizer, monkeypatch):
-    from inference.decoder import BatchDecoder
+    from inference.core.decoder import BatchDecoder
 
     seen = []
     admit = BatchDecoder.admit

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from inference.core.records import Passage, QAExample
-from inference.core.retriever import Hit
-from inference.iter_retgen import IterRetGen, IterRetGenConfig, LMGenerator, iteration_curve, join_query
+from inference.core.retriever import Hit, join_query
+from inference.iter_retgen import IterRetGen, IterRetGenConfig, LMGenerator, iteration_curve
 from inference.iter_retgen_prompts import PAPER_DEMOS, Prompt, build_prompt
 
 

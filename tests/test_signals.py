@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from inference import signals
-from inference.decoder import _entropy_and_choice
+from inference.core.decoder import _entropy_and_choice
 
 
 def test_entropy_hand_computed():

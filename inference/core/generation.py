@@ -1,6 +1,6 @@
 """Plain batched greedy generation (no signals) for prompt-level methods and data builders.
 
-It runs on the engine's decoder (:mod:`inference.decoder`) with attention capture off, so every method shares one
+It runs on the engine's decoder (:mod:`inference.core.decoder`) with attention capture off, so every method shares one
 generation path and one forward-pass accounting; methods that need per-token signals drive the decoder themselves.
 """
 
@@ -37,9 +37,8 @@ def generate_texts(model, tokenizer, prompts: list[str], *, max_new_tokens: int 
     tokens (e.g. ``"<RET>"``) whose first-step probability is reported, so a gate's threshold can be swept without
     generating again.
     """
+    from inference.core.decoder import BatchDecoder, Sequence, stop_token_ids
     from inference.core.tokenization import batch_prompt_ids
-    from inference.decoder import BatchDecoder, Sequence
-    from inference.engine import stop_token_ids
 
     if batch_size < 1 or max_new_tokens < 1:
         raise ValueError(f"batch_size and max_new_tokens must be >= 1, got {batch_size} and {max_new_tokens}")

@@ -21,3 +21,10 @@ class Retriever(Protocol):
     """``search(queries, k)`` returns, for each query, its top-k hits best first."""
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]: ...
+
+
+def join_query(question: str, previous_output: str | None) -> str:
+    """Iteration t's query: y_{t-1} concatenated with q (iteration 1, or an empty y: q alone)."""
+    if previous_output is None or not previous_output.strip():
+        return question
+    return f"{previous_output.strip()} {question}"

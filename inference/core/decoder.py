@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from inference.attention_capture import CaptureBuffer, HeadReduce, install_capture
+from inference.core.attention_capture import CaptureBuffer, HeadReduce, install_capture
 
 
 @dataclass
@@ -194,3 +194,13 @@ class BatchDecoder:
     @property
     def active(self) -> list[Sequence]:
         return [s for s in self.seqs if not s.done]
+
+
+def stop_token_ids(tokenizer) -> set[int]:
+    """EOS plus chat end-of-turn tokens (SmolLM2 ends a turn with <|im_end|>)."""
+    ids = set()
+    for tok in ("<|im_end|>", "<|eot_id|>", "<|end|>", "</s>", "<|endoftext|>"):
+        tid = tokenizer.convert_tokens_to_ids(tok)
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id:
+            ids.add(tid)
+    return ids

@@ -1,0 +1,109 @@
+"""The layers only point down (README: Layout). A module may import its own layer or a lower one, never a higher one,
+and project imports sit at the top of the file: the graph one reads is the graph that runs."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("inference", "data_builders", "retrieval_adapt", "training")
+
+# (module prefix, layer): the longest matching prefix decides.
+LAYERS = {
+    "inference.core": 0,  # foundation: config, records, models, generation, metrics, retriever interface, record log
+    "data_builders": 1,  # readers, the embedded world, corpora, Algorithm 1's data
+    "retrieval_adapt": 2,  # indexes, encoders, re-rankers, the distillation loss and loop
+    "inference": 3,  # the engine, its plug-ins, Iter-RetGen, the gate, evaluation and reports
+    # jobs: builders and commands that run a model over a retriever, and training
+    "data_builders.distill_set": 4,
+    "retrieval_adapt.evaluate_adapted": 4,
+    "training": 4,
+}
+NAMES = {0: "foundation", 1: "data", 2: "retrieval", 3: "inference", 4: "jobs"}
+# Lazy imports of project modules that are allowed, and why.
+LAZY_OK: dict[tuple[str, str], str] = {}
+
+
+def layer(module: str) -> int:
+    best = max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len)
+    return LAYERS[best]
+
+
+def modules() -> list[tuple[str, Path]]:
+    out = []
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            out.append((name, path))
+    return out
+
+
+def project_imports(path: Path) -> list[tuple[str, int, bool]]:
+    """(imported module, line, at top level) for each import of a project module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top = {id(n) for n in tree.body}
+    # imports guarded by `if TYPE_CHECKING:` or `try:` at the top level count as top level
+    for node in tree.body:
+        if isinstance(node, (ast.If, ast.Try)):
+            top |= {id(n) for n in ast.walk(node)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            names = [n for n in names if _is_module(n)] or [node.module]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] in PACKAGES:
+                found.append((name, node.lineno, id(node) in top))
+    return found
+
+
+def _is_module(name: str) -> bool:
+    p = ROOT / Path(*name.split("."))
+    return p.with_suffix(".py").is_file() or (p / "__init__.py").is_file()
+
+
+def test_no_module_imports_a_higher_layer():
+    upward = []
+    for name, path in modules():
+        for target, line, _ in project_imports(path):
+            if layer(target) > layer(name):
+                upward.append(f"{path.relative_to(ROOT)}:{line}: {name} ({NAMES[layer(name)]}) imports {target} "
+                              f"({NAMES[layer(target)]})")
+    assert not upward, "imports that point up a layer:\n" + "\n".join(upward)
+
+
+def test_project_imports_sit_at_the_top():
+    lazy = []
+    for name, path in modules():
+        for target, line, at_top in project_imports(path):
+            if not at_top and (name, target) not in LAZY_OK:
+                lazy.append(f"{path.relative_to(ROOT)}:{line}: {target}")
+    assert not lazy, "project imports inside functions (move them to the top):\n" + "\n".join(lazy)
+
+
+def test_the_foundation_imports_nothing_else_in_the_project():
+    for name, path in modules():
+        if layer(name) == 0:
+            assert all(layer(t) == 0 for t, _, _ in project_imports(path)), name
+
+
+def test_the_walk_sees_an_upward_import(tmp_path):
+    """The check can fail: an import of the engine from the foundation is reported."""
+    src = tmp_path / "m.py"
+    src.write_text("from inference.engine import DynamicRAGEngine\n")
+    (target, _, at_top), = project_imports(src)
+    assert target == "inference.engine" and at_top and layer(target) > layer("inference.core.metrics")
+
+
+@pytest.mark.parametrize("module,expected", [("inference.core.config", 0), ("data_builders.readers", 1),
+                                             ("data_builders.distill_set", 4), ("inference.engine", 3),
+                                             ("training.lora_sft", 4)])
+def test_layer_table(module, expected):
+    assert layer(module) == expected
