@@ -5,23 +5,33 @@ text with eager attention to get RIND's attention rows, and (when retrieval fire
 The decisions use exactly the engine's functions (``check_trigger``, ``form_query``, the progress guarantee, the
 paper prompt's stop, either DRAGIN profile) evaluated at the same points (each sentence end, with the rows
 available at that point), so greedy outputs can be compared one to one.
+
+With ``profile`` set (an :class:`inference.core.profiling.Profile`), it times the same sections as the engine's
+profile: prefill and decode steps of ``generate`` (split at the first logits processor call), the extra attention
+passes, retrieval, prompt building and the per-token decision loop ("signals").
 """
 
 from __future__ import annotations
 
 import copy
 import time
+from contextlib import nullcontext
 
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from inference.core.decoder import stop_token_ids
+from inference.core.profiling import Profile
 from inference.core.records import QAExample
 from inference.core.retriever import Retriever
 from inference.core.tokenization import prompt_ids
 from inference.engine import ANSWER_MARKER, qfs_eligible
-from inference.methods import MethodConfig, RoundView, check_trigger, form_query
+from inference.methods import MethodConfig
 from inference.prompts import PromptBuilder
+from inference.queries import form_query
+from inference.round_view import RoundView
 from inference.text_units import TokenText, ends_sentence
+from inference.triggers import check_trigger
 
 
 class ReferenceDragin:
@@ -30,7 +40,7 @@ class ReferenceDragin:
         self.model, self.tokenizer, self.retriever = model, tokenizer, retriever
         self.prompts, self.max_new_tokens, self.head_reduce = prompts, max_new_tokens, head_reduce
         self.method = method.resolved(prompts.cfg.demos)
-        self.per_head = self.method.keeps_heads(head_reduce)
+        self.per_head = "attention_per_head" in self.method.needs(head_reduce)
         # The reference asks a plain model for attentions: an eager copy (the engine's model keeps SDPA).
         self.eager = type(model)(copy.deepcopy(model.config)).eval()
         self.eager.load_state_dict(model.state_dict())
@@ -38,13 +48,20 @@ class ReferenceDragin:
         self.text = TokenText(tokenizer)
         self.stop_ids = stop_token_ids(tokenizer) | {tokenizer.eos_token_id}
         self.forward_passes = 0
+        self.profile: Profile | None = None
+
+    def _timed(self, name: str):
+        return self.profile.section(name) if self.profile is not None else nullcontext()
 
     @torch.no_grad()
     def _attention_rows(self, ids: list[int], prompt_len: int) -> tuple[list[torch.Tensor], torch.Tensor]:
         """A second, full forward pass: last-layer attention rows of the generated tokens and of the last prompt
         position, per head or heads reduced as the engine keeps them."""
-        out = self.eager(input_ids=torch.tensor([ids]), output_attentions=True)
+        with self._timed("attention_pass"):
+            out = self.eager(input_ids=torch.tensor([ids]), output_attentions=True)
         self.forward_passes += 1
+        if self.profile is not None:
+            self.profile.count("attention_pass_tokens", len(ids))
         att = out.attentions[-1][0].float()  # (H, T, T)
         if not self.per_head:
             att = att.mean(dim=0) if self.head_reduce == "mean" else att.amax(dim=0)
@@ -53,10 +70,18 @@ class ReferenceDragin:
 
     @torch.no_grad()
     def _generate(self, prompt: list[int], budget: int):
+        first_step = _FirstCall() if self.profile is not None else None
+        start = time.perf_counter()
         out = self.model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
                                   max_new_tokens=budget, do_sample=False, output_scores=True,
                                   return_dict_in_generate=True, pad_token_id=self.tokenizer.pad_token_id,
-                                  eos_token_id=sorted(self.stop_ids))
+                                  eos_token_id=sorted(self.stop_ids),
+                                  logits_processor=LogitsProcessorList([first_step] if first_step else []))
+        if first_step is not None:  # the first logits came out of the prefill; the rest of generate is decode steps
+            end = time.perf_counter()
+            self.profile.add("prefill", first_step.at - start)
+            self.profile.add("decode", end - first_step.at)
+            self.profile.count("prefill_tokens", len(prompt))
         self.forward_passes += len(out.scores)
         gen, probs, entropies = [], [], []
         for tok, logits in zip(out.sequences[0, len(prompt):].tolist(), out.scores):
@@ -69,7 +94,8 @@ class ReferenceDragin:
         return gen, probs, entropies
 
     def _search(self, query: str, retrievals: list[dict]) -> list:
-        docs = [h.passage for h in self.retriever.search([query], self.method.top_k)[0]]
+        with self._timed("retrieval"):
+            docs = [h.passage for h in self.retriever.search([query], self.method.top_k)[0]]
         retrievals.append({"query": query, "doc_ids": [d.id for d in docs]})
         return docs
 
@@ -79,53 +105,69 @@ class ReferenceDragin:
         if m.retrieves_first and m.max_rounds > 0:
             docs = self._search(example.question, retrievals)
         while True:
-            prompt = self.prompts.build(example.question, docs, prior)
-            ids, offsets = prompt_ids(self.tokenizer, prompt.text, offsets=True)
-            eligible = qfs_eligible(offsets, prompt.question_span, prompt.prior_start)
-            budget = max(1, self.max_new_tokens - len(self.tokenizer.encode(prior, add_special_tokens=False)))
+            with self._timed("prompts"):
+                prompt = self.prompts.build(example.question, docs, prior)
+                ids, offsets = prompt_ids(self.tokenizer, prompt.text, offsets=True)
+                eligible = qfs_eligible(offsets, prompt.question_span, prompt.prior_start)
+                budget = max(1, self.max_new_tokens - len(self.tokenizer.encode(prior, add_special_tokens=False)))
             gen, probs, entropies = self._generate(ids, budget)
-            pieces = self.text.pieces(gen)
-            stop = self.prompts.stop_index("".join(pieces))
-            if stop is not None:  # the engine's rule: a new "Question:" ends the answer
-                pos, keep_n = 0, len(gen)
-                for i, piece in enumerate(pieces):
-                    pos += len(piece)
-                    if pos > stop:
-                        keep_n = i
+            with self._timed("signals"):  # the per-token decisions (and the attention pass they need)
+                pieces = self.text.pieces(gen)
+                stop = self.prompts.stop_index("".join(pieces))
+                if stop is not None:  # the engine's rule: a new "Question:" ends the answer
+                    pos, keep_n = 0, len(gen)
+                    for i, piece in enumerate(pieces):
+                        pos += len(piece)
+                        if pos > stop:
+                            keep_n = i
+                            break
+                    gen, pieces, probs, entropies = gen[:keep_n], pieces[:keep_n], probs[:keep_n], entropies[:keep_n]
+                rows, prompt_row = self._attention_rows(ids + gen, len(ids)) if gen else ([], None)
+                docs_round = after_retrieval and bool(docs) and m.docs_for_next_sentence_only
+                view = RoundView(example.question, [], [], [], [], self.text.pieces(ids), eligible,
+                                 after_retrieval=after_retrieval, prompt_row=prompt_row, head_reduce=self.head_reduce)
+                after_retrieval = False
+                event, keep, final = None, len(gen), True
+                for n in range(1, len(gen) + 1):
+                    view.pieces, view.probs, view.entropies, view.rows = pieces[:n], probs[:n], entropies[:n], rows[:n]
+                    nxt = pieces[n] if n < len(gen) else ""
+                    sentence_end = ends_sentence(view.text, nxt)
+                    final = n == len(gen) or (sentence_end and bool(ANSWER_MARKER.search(prior + view.text)))
+                    if docs_round and (sentence_end or final):
+                        keep = n
                         break
-                gen, pieces, probs, entropies = gen[:keep_n], pieces[:keep_n], probs[:keep_n], entropies[:keep_n]
-            rows, prompt_row = self._attention_rows(ids + gen, len(ids)) if gen else ([], None)
-            docs_round = after_retrieval and bool(docs) and m.docs_for_next_sentence_only
-            view = RoundView(example.question, [], [], [], [], self.text.pieces(ids), eligible,
-                             after_retrieval=after_retrieval, prompt_row=prompt_row, head_reduce=self.head_reduce)
-            after_retrieval = False
-            event, keep, final = None, len(gen), True
-            for n in range(1, len(gen) + 1):
-                view.pieces, view.probs, view.entropies, view.rows = pieces[:n], probs[:n], entropies[:n], rows[:n]
-                nxt = pieces[n] if n < len(gen) else ""
-                sentence_end = ends_sentence(view.text, nxt)
-                final = n == len(gen) or (sentence_end and bool(ANSWER_MARKER.search(prior + view.text)))
-                if docs_round and (sentence_end or final):
-                    keep = n
-                    break
-                if len(retrievals) < m.max_rounds:
-                    event = check_trigger(view, m, sentence_end=sentence_end, final=final)
-                if event is not None or final:
-                    keep = event.keep if event is not None else n
-                    break
-                if sentence_end:
-                    view.checked = n
+                    if len(retrievals) < m.max_rounds:
+                        event = check_trigger(view, m, sentence_end=sentence_end, final=final)
+                    if event is not None or final:
+                        keep = event.keep if event is not None else n
+                        break
+                    if sentence_end:
+                        view.checked = n
             prior += self.tokenizer.decode(gen[:keep], skip_special_tokens=True)
             if docs_round and not final:  # the documents served their sentence: go on without them
                 docs = []
                 continue
             if event is None:
                 return {"id": example.id, "output": prior.strip(), "retrievals": retrievals}
-            if m.query == "qfs":  # the reference runs one more pass for the query's attention rows
-                view.rows, view.prompt_row = self._attention_rows(ids + gen, len(ids))
-            docs = self._search(form_query(view, event, m), retrievals)
+            with self._timed("signals"):
+                if m.query == "qfs":  # the reference runs one more pass for the query's attention rows
+                    view.rows, view.prompt_row = self._attention_rows(ids + gen, len(ids))
+                query = form_query(view, event, m)
+            docs = self._search(query, retrievals)
             after_retrieval = True
 
     def run(self, examples: list[QAExample]) -> tuple[list[dict], float]:
         start = time.perf_counter()
         return [self.run_one(ex) for ex in examples], time.perf_counter() - start
+
+
+class _FirstCall(LogitsProcessor):
+    """Notes when ``generate`` first hands it logits: the end of the prefill."""
+
+    def __init__(self):
+        self.at: float | None = None
+
+    def __call__(self, input_ids, scores):
+        if self.at is None:
+            self.at = time.perf_counter()
+        return scores

@@ -12,11 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from inference.gate_eval import GATE_METHODS, GateMethodConfig
-from inference.methods import MethodConfig
-
-
-def _rind(m: dict) -> bool:
-    return m["trigger"] == "rind"
+from inference.methods import KNOB_OWNERS, MethodConfig
+from inference.queries import QUERIES
+from inference.triggers import TRIGGERS
 
 
 def _triggered(m: dict) -> bool:
@@ -24,37 +22,42 @@ def _triggered(m: dict) -> bool:
     return m["trigger"] not in ("never", "single") and m["method"] != "iter-retgen"
 
 
-# Which method (its resolved method, trigger and query: method_view) reads each MethodConfig knob. A new knob
-# needs a rule here or a place in READ_BY_EVERY_METHOD (tests/test_sweep.py checks that), else a sweep over it would
-# either run duplicates or, worse, merge runs that differ.
+def _plugin_reads(knob: str, m: dict) -> bool:
+    """A plug-in's knob counts when the method's trigger or query former owns it or declares that it reads it."""
+    trigger, query = TRIGGERS.get(m["trigger"]), QUERIES.get(m["query"])
+    return KNOB_OWNERS.get(knob) in (("trigger", m["trigger"]), ("query", m["query"])) or \
+        knob in trigger.reads or knob in query.reads
+
+
+def _judged(m: dict) -> bool:
+    return TRIGGERS.get(m["trigger"]).judges_content
+
+
+# Which method (its resolved method, trigger and query: method_view) reads each shared MethodConfig setting; the
+# plug-ins' own knobs follow their owner (_plugin_reads). A new shared setting needs a rule here or a place in
+# READ_BY_EVERY_METHOD (tests/test_sweep.py checks that), else a sweep over it would either run duplicates or,
+# worse, merge runs that differ.
 METHOD_KNOB_RULES: dict[str, Callable[[dict], bool]] = {
-    "theta": _rind, "rind_normalisation": _rind, "entropy_agg": _rind, "attention_agg": _rind,
-    "rind_attention": _rind, "content_filter": _rind, "rind_scope": _rind,
-    "qfs_top_n": lambda m: m["query"] == "qfs", "qfs_attention": lambda m: m["query"] == "qfs",
-    "flare_threshold": lambda m: m["trigger"] == "flare",
-    "flare_mask_prob": lambda m: m["query"] == "flare_masked",
-    "fixed_length": lambda m: m["trigger"] == "fixed_length" or m["query"] == "last_window",
-    "fixed_question_first": lambda m: m["trigger"] in ("fixed_length", "fixed_sentence"),
-    "truncation": lambda m: m["trigger"] in ("rind", "flare"),  # only these cut a sentence short
-    "keep_sentence_after_retrieval": lambda m: m["trigger"] in ("rind", "flare"),
+    "truncation": _judged,  # only triggers that judge the text cut a sentence short
+    "keep_sentence_after_retrieval": _judged,
+    "fixed_question_first": lambda m: _plugin_reads("fixed_question_first", m),
     "docs_scope": _triggered,
     "dragin_profile": _triggered,  # it fills the switches above and max_rounds (which only counts when triggered)
     "iterations": lambda m: m["method"] == "iter-retgen",
     "top_k": lambda m: m["trigger"] != "never",
     "max_rounds": lambda m: m["trigger"] != "never" and m["method"] != "iter-retgen",
     "query_max_words": lambda m: m["trigger"] != "never" and m["method"] != "iter-retgen",
-}
+} | {knob: (lambda m, knob=knob: _plugin_reads(knob, m)) for knob in KNOB_OWNERS}
 READ_BY_EVERY_METHOD = frozenset({"trigger", "query"})  # a trigger or query set explicitly overrides the method's
 RETRIEVING_GATES = ("adapt-llm", "ar", "popularity")
 GATE_KNOB_RULES: dict[str, Callable[[dict], bool]] = {
     "gate_rule": lambda c: c["method"] == "adapt-llm",
     "ret_threshold": lambda c: c["method"] == "adapt-llm" and c["gate_rule"] == "threshold",
     "popularity_threshold": lambda c: c["method"] == "popularity",
-    "gate_k": lambda c: c["method"] in RETRIEVING_GATES and c["gate_inner"] == "single",
     "gate_inner": lambda c: c["method"] in RETRIEVING_GATES,
     "gate_max_passage_words": lambda c: c["method"] in RETRIEVING_GATES and c["gate_inner"] == "single",
 }
-READ_BY_EVERY_GATE = frozenset({"gate_prompt_variant", "gate_max_new_tokens"})
+READ_BY_EVERY_GATE = frozenset({"gate_prompt_variant", "gate_max_new_tokens", "gate_all_answers"})
 METHOD_KNOBS = frozenset(f.name for f in dataclasses.fields(MethodConfig)) - {"method"}
 GATE_KNOBS = frozenset(f.name for f in dataclasses.fields(GateMethodConfig))
 
@@ -78,6 +81,8 @@ def knob_applies(knob: str, cfg: dict[str, Any]) -> bool:
     if knob in GATE_KNOBS:
         rule = GATE_KNOB_RULES.get(knob)
         return cfg["method"] in GATE_METHODS and (rule is None or rule(cfg))
+    if knob == "top_k" and cfg["method"] in RETRIEVING_GATES and cfg.get("gate_inner", "single") == "single":
+        return True  # the passages of the gate's own context prompt
     if knob in METHOD_KNOBS:
         view = method_view(cfg)
         rule = METHOD_KNOB_RULES.get(knob)

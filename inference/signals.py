@@ -194,3 +194,23 @@ def flare_masked_query(pieces: list[str], probs: list[float], mask_prob: float) 
     (jzbjyb/FLARE ``use_as_query``, ``mask_method="simple"``), so the pieces on either side never fuse into one
     word; runs of white space collapse to one."""
     return " ".join("".join(p if q > mask_prob else " " for p, q in zip(pieces, probs)).split())
+
+
+def round_word_signals(view, cfg) -> list[WordScore]:
+    """RIND's per-word entropy, attention and stopword flag for one round (a :class:`inference.round_view.RoundView`):
+    attention per ``cfg.rind_attention``, renormalised per ``cfg.rind_normalisation``, words aggregated per
+    ``cfg.entropy_agg`` / ``cfg.attention_agg``. The RIND trigger decides from them; the trace view shows them."""
+    n, prompt_len = len(view.pieces), len(view.prompt_pieces)
+    if not view.rows:
+        attention = torch.zeros(n)
+    elif cfg.rind_attention == "reference":
+        if view.rows[0].dim() != 2:
+            raise ValueError("rind_attention 'reference' needs attention rows kept per head")
+        attention = a_max_reference(view.rows, prompt_len, n)
+    else:
+        attention = a_max([view.row(j) for j in range(len(view.rows))], prompt_len, n)
+    words = rind_word_scores(view.pieces, view.entropies, attention, entropy_agg=cfg.entropy_agg,
+                             attention_agg=cfg.attention_agg)
+    if cfg.rind_normalisation == "reference":
+        words = renormalise_like_reference(words, [view.sentence_start(w.tokens[0]) for w in words])
+    return words

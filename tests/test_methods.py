@@ -7,8 +7,11 @@ import torch
 
 from inference.core.records import Passage, QAExample
 from inference.engine import DynamicRAGEngine, EngineConfig, QuestionState, qfs_eligible
-from inference.methods import Event, MethodConfig, RoundView, check_trigger, form_query
+from inference.methods import MethodConfig
 from inference.prompts import PromptBuilder, PromptConfig
+from inference.queries import form_query
+from inference.round_view import Event, RoundView
+from inference.triggers import check_trigger
 
 
 def make_view(pieces, probs=None, entropies=None, rows=None, prompt=(" Who", " is", " Osk", "?")):
@@ -88,7 +91,7 @@ def test_qfs_query_uses_triggering_row():
     rows = rows_for(PIECES, 4, hot_source=8, hot_target=4)  # "Kelmora" attends to "Quarvik"
     rows[8][2] = 0.5  # ... and to "Osk" in the prompt
     view = make_view(PIECES, rows=rows)
-    from inference.methods import Event
+    from inference.round_view import Event
 
     q = form_query(view, Event(token=8, score=1.0, keep=6), MethodConfig(method="dragin", qfs_top_n=2))
     assert q == "Osk Quarvik"
@@ -104,7 +107,7 @@ def test_every_method_runs_on_the_engine(method, tiny_model, smol_tokenizer, fak
     cfg = MethodConfig(method=method, fixed_length=4, theta=0.0, flare_threshold=1.0, max_rounds=2)
     engine = DynamicRAGEngine(tiny_model, smol_tokenizer, fake_retriever, PromptBuilder(smol_tokenizer),
                               cfg, EngineConfig(batch_size=2, max_new_tokens=12))
-    records = engine.run(world_examples(), show_progress=False)
+    records = [r.to_dict() for r in engine.run(world_examples(), show_progress=False)]
     assert [r["id"] for r in records] == ["q0", "q1", "q2"]
     for r in records:
         assert isinstance(r["output"], str)
