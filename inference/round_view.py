@@ -28,7 +28,24 @@ class RoundView:
 
     @property
     def text(self) -> str:
-        return "".join(self.pieces)
+        """The round's text, extended by the pieces appended since the last call rather than joined anew."""
+        cached = self.__dict__.get("_text")
+        if cached is None or cached[0] is not self.pieces or cached[1] > len(self.pieces):
+            cached = (self.pieces, 0, "")
+        pieces, n, text = cached
+        if n < len(pieces):
+            text += "".join(pieces[n:])
+            self._text = (pieces, len(pieces), text)
+        return text
+
+    def extend(self, pieces: list[str]) -> None:
+        """Append the pieces of the tokens fed since the last step."""
+        self.pieces.extend(pieces)
+
+    def truncate(self, n: int) -> None:
+        """Keep the first ``n`` pieces (the answer ended before a stop marker)."""
+        del self.pieces[n:]
+        self.__dict__.pop("_text", None)
 
     def row(self, j: int) -> torch.Tensor:
         """Generated token j's row over all earlier positions, heads reduced (``head_reduce``)."""

@@ -14,13 +14,28 @@ heads, and QFS from the attention rows of the positions before the hit words, av
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import torch
-from spacy.lang.en.stop_words import STOP_WORDS
 
+
+def _spacy_stop_words() -> frozenset[str]:
+    """spaCy's English stopword list (SPEC: the reference used spaCy), read from spaCy's own file: importing
+    ``spacy.lang.en.stop_words`` imports all of spaCy, seconds for one set of words."""
+    spec = importlib.util.find_spec("spacy")  # locates the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("spaCy is not installed (pip install spacy): DRAGIN's stopword list comes from it")
+    path = Path(next(iter(spec.submodule_search_locations))) / "lang" / "en" / "stop_words.py"
+    namespace: dict = {}
+    exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)  # a plain list of words
+    return frozenset(namespace["STOP_WORDS"])
+
+
+STOP_WORDS = _spacy_stop_words()
 WordAgg = Literal["mean", "max", "sum"]
 
 

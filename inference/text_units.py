@@ -77,6 +77,12 @@ class TokenText:
 def ends_sentence(text_before: str, next_piece: str) -> bool:
     """True when ``text_before`` closes a sentence and ``next_piece`` starts a new one (white space/newline),
     or when a newline was just produced."""
+    # Both patterns are anchored at the end and span a few characters plus trailing white space, so the last 64
+    # characters decide (the whole text only when they are nearly all white space): the cost stays flat as the
+    # answer grows.
+    tail = text_before[-64:]
+    if len(tail.strip()) >= 16:
+        text_before = tail
     if "\n" in next_piece and text_before.strip():
         return True
     return (bool(SENTENCE_END.search(text_before)) and not _NOT_AN_END.search(text_before)

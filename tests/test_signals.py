@@ -119,3 +119,14 @@ def test_qfs_query_reference_hand_computed():
     assert signals.qfs_query_reference([[row7, row8]], [8], pieces, eligible, {8, 9}, 3) == "founded Kelmora Osk"
     with pytest.raises(ValueError, match="at least one hit word"):
         signals.qfs_query_reference([], [], pieces, eligible, set(), 3)
+
+
+def test_stopwords_are_spacys_list_without_importing_spacy():
+    import subprocess
+    import sys
+
+    from spacy.lang.en.stop_words import STOP_WORDS as SPACY
+
+    assert signals.STOP_WORDS == frozenset(SPACY)
+    code = "import sys, inference.signals; print('spacy' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"

@@ -62,3 +62,37 @@ def test_token_text_pieces_join_to_the_decoded_text_and_specials_are_empty():
     assert tt.marker == "Ġ"
     assert tt.pieces([1, 2, 3, 4]) == [" hello", " world", ".", ""]
     assert "".join(tt.pieces([1, 2, 3])) == _Tok().decode([1, 2, 3])
+
+
+def test_sentence_end_reads_the_tail_as_the_whole_text_would():
+    """ends_sentence looks at the last 64 characters only (flat cost per token): it must decide exactly as the
+    patterns over the whole text do, also with long runs of trailing white space and initials at the cut."""
+    import random
+
+    from inference.text_units import _NOT_AN_END, SENTENCE_END
+
+    def whole(text, nxt):
+        if "\n" in nxt and text.strip():
+            return True
+        return bool(SENTENCE_END.search(text)) and not _NOT_AN_END.search(text) and (not nxt or nxt[0].isspace())
+
+    rng = random.Random(0)
+    alphabet = list("abcXYZ .!?\"')]\n") + ["Dr", "Mr", "D.C", " A.", "  ", "\t"]
+    for _ in range(20000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 120))) + " " * rng.choice([0, 0, 70])
+        nxt = rng.choice(["", " x", "x", "\n", "\nY", " "])
+        assert ends_sentence(text, nxt) == whole(text, nxt), (text[-80:], nxt)
+
+
+def test_round_text_grows_with_its_pieces():
+    from inference.round_view import RoundView
+
+    view = RoundView("q", [], [], [], [], [], [])
+    view.extend([" Red", " fox"])
+    assert view.text == " Red fox"
+    view.extend(["."])
+    assert view.text == " Red fox."
+    view.truncate(1)
+    assert view.text == " Red"
+    view.pieces = [" Blue"]  # a view given a new list reads the new list
+    assert view.text == " Blue"
