@@ -15,6 +15,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from data_builders.adapt_llm_prompts import PromptVariant, never_retrieve_prompt, response_text
+from inference.core.generation import Generator, LMGenerator
 from inference.core.progress import bar_options
 from inference.core.record_log import FolderLock, RecordLog
 from inference.core.records import DataError, QAExample
@@ -75,17 +76,13 @@ def model_closed_book_fn(model_name: str, variant: PromptVariant, max_new_tokens
                          dtype: str = "auto") -> ClosedBookFn:
     """Answer with the base model and the NR prompt (greedy; :func:`response_text` keeps the answer part); the
     model loads on first use."""
-    state: dict[str, Any] = {}
+    state: dict[str, Generator] = {}
 
     def answer(batch: Sequence[QAExample]) -> list[str]:
-        from inference.core.generation import generate_texts
-        from inference.core.models import ModelOptions, load_causal_lm
-
-        if "model" not in state:
-            state["model"], state["tokenizer"] = load_causal_lm(model_name, ModelOptions(dtype=dtype))
-        prompts = [never_retrieve_prompt(ex.question, variant) for ex in batch]
-        gens = generate_texts(state["model"], state["tokenizer"], prompts, max_new_tokens=max_new_tokens,
-                              batch_size=batch_size)
+        if "generator" not in state:
+            state["generator"] = LMGenerator.from_name(model_name, dtype=dtype, max_new_tokens=max_new_tokens,
+                                                       batch_size=batch_size)
+        gens = state["generator"].generate([never_retrieve_prompt(ex.question, variant) for ex in batch])
         return [response_text(g.text) for g in gens]
 
     return answer

@@ -1,8 +1,8 @@
 """ADAPT-LLM training data (the paper's Algorithm 1) as a Hugging Face ``DatasetDict``.
 
     python -m data_builders.adapt_llm                                    # the embedded world, SmolLM2
-    python -m data_builders.adapt_llm my.yaml --source_limit 200         # YAML, then overrides
-    python -m data_builders.adapt_llm --source ../shared/data/squad/dev-v1.1.json --data_dir runs/squad
+    python -m data_builders.adapt_llm my.yaml --limit 200                # YAML, then overrides
+    python -m data_builders.adapt_llm --dataset ../shared/data/squad/dev-v1.1.json --data_dir runs/squad
 
 For every question the base model answers closed-book (NR prompt). Judged correct -> one
 ``parametric_prompt`` instance whose completion is the gold answer (``parametric_target: closed_book``: the
@@ -20,9 +20,11 @@ answers. A gold passage longer than ``max_passage_words`` keeps a window around 
 (:func:`data_builders.adapt_llm_prompts.answer_window`); ``stats.json`` counts ``passages_cut`` and
 ``passages_recentred``.
 
-Sources: ``world`` (default: the training part of the embedded world's fictional single-hop and
-common-knowledge questions; :func:`data_builders.adapt_world.world_split` holds out the rest for
-evaluation) or any QA file that ships gold passages (canonical JSONL, SQuAD, NQ with passages, ...).
+Questions (a :class:`~inference.core.question_set.QuestionSet`: ``dataset``, ``split``, ``start``, ``limit``,
+``shuffle_seed``): ``world-adapt-train`` (default: the training part of the embedded world's fictional single-hop
+and common-knowledge questions; :func:`data_builders.adapt_world.world_split` holds out the rest,
+``world-adapt-heldout``, for evaluation) or any QA file that ships gold passages (canonical JSONL, SQuAD, NQ with
+passages, ...). By default a seeded sample (``shuffle_seed`` 0); ``shuffle_seed: null`` keeps the file's order.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from datasets import Dataset, DatasetDict, Features, Value, load_from_disk
 
@@ -49,11 +51,14 @@ from data_builders.adapt_llm_prompts import (
     never_retrieve_prompt,
     parametric_prompt,
 )
-from data_builders.adapt_world import world_sample
+from data_builders.question_sets import WorldOptions, load_questions
+from data_builders.readers import QA_FORMATS
 from inference.core.atomic_files import atomic_folder, write_text_atomic
 from inference.core.cards import check_repo_id, push_to_hub, write_dataset_card
+from inference.core.config import parse_config, run_cli, save_config
 from inference.core.metrics import contained_accuracy, exact_match
 from inference.core.progress import library_bars_quiet
+from inference.core.question_set import QuestionSet
 from inference.core.record_log import FolderLock
 from inference.core.records import DataError, QAExample
 
@@ -76,12 +81,15 @@ class AdaptDataConfig:
     # or ar (gold passage in the context prompt -> gold answer, always retrieves). Each needs its own data_dir
     # and output_dir.
     mode: TrainingMode = "adapt"
-    source: str = "world"  # "world" or a QA file with gold passages
-    source_format: str | None = None  # a readers.QAFormat name; null = detect from the file
-    source_limit: int | None = None  # at most this many questions (world: a seeded sample of its training part)
-    # A file's first source_limit questions can be a handful of articles (SQuAD is grouped by article): true takes
-    # a seeded (data_seed) random sample of the whole file instead.
-    source_shuffle: bool = False
+    # The training questions: world-adapt-train or a QA file with gold passages
+    dataset: str = "world-adapt-train"
+    dataset_format: str | None = None  # a readers.QAFormat name; null = detect from the file
+    split: str | None = None  # a hub dataset's split (dataset_format hf)
+    start: int = 0  # first question of the (shuffled) set
+    limit: int | None = None  # at most this many questions; null = all
+    # A seeded sample: a file's first questions can be a handful of articles (SQuAD is grouped by article);
+    # null keeps the file's order. world-adapt-train draws its own seeded sample (adapt_world.world_sample).
+    shuffle_seed: int | None = 0
     world_seed: int = 0
     heldout_fraction: float = 0.2  # world: share of questions kept out of training for evaluation
     world_common_fraction: float | None = None  # world: share of common-knowledge questions; null = natural mix
@@ -101,7 +109,12 @@ class AdaptDataConfig:
     data_seed: int = 0
     push_dataset_to_hub: str | None = None  # Hub dataset repo ORG/NAME: upload data_dir (with its card) when built
 
+    RENAMED: ClassVar[dict[str, str]] = {
+        "source": "dataset (world is now world-adapt-train)", "source_format": "dataset_format",
+        "source_limit": "limit", "source_shuffle": "shuffle_seed (true: shuffle_seed 0; false: shuffle_seed null)"}
+
     def __post_init__(self) -> None:
+        self.question_set()  # an old name, a bad slice: one line now
         if self.world_common_fraction is not None and not 0.0 <= self.world_common_fraction <= 1.0:
             raise ValueError(f"world_common_fraction must be in [0, 1] or null, got {self.world_common_fraction}")
         for name in ("heldout_fraction", "validation_fraction"):
@@ -110,14 +123,10 @@ class AdaptDataConfig:
         for name in ("closed_book_batch_size", "closed_book_max_new_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.source_limit is not None and self.source_limit < 1:
-            raise ValueError(f"source_limit must be >= 1 or null, got {self.source_limit}")
         if self.max_passage_words is not None and self.max_passage_words < 1:
             raise ValueError(f"max_passage_words must be >= 1 or null, got {self.max_passage_words}")
-        from data_builders.readers import QA_FORMATS
-
-        if self.source_format is not None and self.source_format not in QA_FORMATS:
-            raise ValueError(f"source_format must be one of {list(QA_FORMATS)} or null, got '{self.source_format}'")
+        if self.dataset_format is not None and self.dataset_format not in QA_FORMATS:
+            raise ValueError(f"dataset_format must be one of {list(QA_FORMATS)} or null, got '{self.dataset_format}'")
         if self.parametric_target not in ("gold", "closed_book"):
             raise ValueError(f"parametric_target must be 'gold' or 'closed_book', got '{self.parametric_target}'")
         if self.mode not in MODES:
@@ -126,6 +135,14 @@ class AdaptDataConfig:
             raise ValueError(f"judge must be 'contains' or 'exact_match', got '{self.judge}'")
         if self.push_dataset_to_hub is not None:
             check_repo_id(self.push_dataset_to_hub)
+
+    def question_set(self) -> QuestionSet:
+        return QuestionSet.of(self)
+
+    def world(self) -> WorldOptions:
+        """The embedded world and its train/held-out split (``data_seed`` decides which facts are held out)."""
+        return WorldOptions(seed=self.world_seed, heldout_fraction=self.heldout_fraction, heldout_seed=self.data_seed,
+                            common_fraction=self.world_common_fraction)
 
     def labeller(self) -> dict[str, Any]:
         """What determines a closed-book answer: a resumed file must have been written with the same."""
@@ -144,28 +161,13 @@ def make_judge(name: JudgeName = "contains", normalize: bool = True) -> Judge:
 
 def load_source(cfg: AdaptDataConfig) -> list[QAExample]:
     """The questions Algorithm 1 runs over; every one must carry gold passages."""
-    if cfg.source == "world":
-        examples = world_sample(cfg.world_seed, cfg.heldout_fraction, cfg.data_seed, cfg.source_limit,
-                                cfg.world_common_fraction)
-    else:
-        from data_builders.readers import read_qa
-
-        if cfg.source_shuffle:
-            import random
-
-            examples = read_qa(cfg.source, format=cfg.source_format)
-            random.Random(cfg.data_seed).shuffle(examples)
-            examples = examples[:cfg.source_limit]
-        else:
-            examples = read_qa(cfg.source, format=cfg.source_format, limit=cfg.source_limit)
-    if not examples:
-        raise DataError("no questions", source=cfg.source)
+    examples = load_questions(cfg.question_set(), fmt=cfg.dataset_format, world=cfg.world())
     missing = [ex.id for ex in examples if not ex.gold_passages]
     if missing:
         raise DataError(f"{len(missing)} of {len(examples)} questions have no gold passages (first: {missing[:3]}). "
                         "Algorithm 1 needs gold passages for its context_prompt instances: use SQuAD, NQ with "
                         "passages, canonical JSONL with gold_passages, or the world; PopQA and NQ-open ship none",
-                        source=cfg.source)
+                        source=cfg.dataset)
     return examples
 
 
@@ -261,7 +263,7 @@ def _common_stats(cfg: AdaptDataConfig, examples: Sequence[QAExample], rows: lis
     return {"mode": cfg.mode, "questions": len(examples), "instances": len(rows),
             "train_instances": len(dsd["train"]), "validation_instances": len(dsd["validation"]),
             "max_passage_words": cfg.max_passage_words, **cuts, "base_model": cfg.base_model,
-            "prompt_variant": cfg.prompt_variant, "source": cfg.source, "source_sha256": source_sha256(examples)}
+            "prompt_variant": cfg.prompt_variant, "dataset": cfg.dataset, "source_sha256": source_sha256(examples)}
 
 
 def _stats(cfg: AdaptDataConfig, examples: Sequence[QAExample], rows: list[dict[str, str]],
@@ -336,8 +338,6 @@ def build_adapt_dataset(cfg: AdaptDataConfig, answer_fn: ClosedBookFn | None = N
 
 def _build_locked(cfg: AdaptDataConfig, out: Path, examples: list[QAExample], answer_fn: ClosedBookFn | None,
                   judge: Judge | None, show_progress: bool) -> DatasetDict:
-    from inference.core.config import save_config
-
     if cfg.mode == "adapt":
         answer_fn = answer_fn or model_closed_book_fn(cfg.base_model, cfg.prompt_variant,
                                                       cfg.closed_book_max_new_tokens, cfg.closed_book_batch_size,
@@ -367,8 +367,6 @@ def _build_locked(cfg: AdaptDataConfig, out: Path, examples: list[QAExample], an
 
 
 def main(argv: list[str] | None = None) -> None:
-    from inference.core.config import parse_config
-
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     (cfg,) = parse_config((AdaptDataConfig,), argv, prog="python -m data_builders.adapt_llm")
     dsd = build_adapt_dataset(cfg)
@@ -385,6 +383,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from inference.core.config import run_cli
-
     sys.exit(run_cli(main))

@@ -17,13 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from inference.core.records import Passage
 
 RET_TOKEN = "<RET>"
 PromptVariant = Literal["paper", "reference"]
-PROMPT_VARIANTS: tuple[str, ...] = get_args(PromptVariant)
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"  # package path: never the working directory
 SECTION_MARKER = "###"  # the Alpaca template's section headers: a model that writes one has left its answer
 

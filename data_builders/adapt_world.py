@@ -1,11 +1,13 @@
-"""The embedded world as ADAPT-LLM's default source: a held-out split for evaluation and seeded training
-samples. Fictional single-hop questions (a small model cannot know them) and common-knowledge questions (it
-may) are split separately, so both sides keep the mix."""
+"""The embedded world as ADAPT-LLM's default source: the question sets ``world-adapt-train`` and
+``world-adapt-heldout`` (a split for evaluation) and seeded training samples. Fictional single-hop questions (a
+small model cannot know them) and common-knowledge questions (it may) are split separately, so both sides keep the
+mix."""
 
 from __future__ import annotations
 
 import random
 
+from data_builders.world import WorldConfig, build_world
 from inference.core.records import QAExample
 
 
@@ -19,8 +21,6 @@ def world_split(world_seed: int = 0, heldout_fraction: float = 0.2,
                 split_seed: int = 0) -> tuple[list[QAExample], list[QAExample]]:
     """(train, held-out) questions of the embedded world: fictional single-hop + common knowledge, each kind
     split separately. Deterministic for the seeds."""
-    from data_builders.world import WorldConfig, build_world
-
     world = build_world(WorldConfig(seed=world_seed))
     train: list[QAExample] = []
     heldout: list[QAExample] = []
@@ -33,11 +33,12 @@ def world_split(world_seed: int = 0, heldout_fraction: float = 0.2,
     return train, heldout
 
 
-def world_sample(world_seed: int = 0, heldout_fraction: float = 0.2, seed: int = 0, limit: int | None = None,
+def world_sample(train: list[QAExample], seed: int = 0, limit: int | None = None,
                  common_fraction: float | None = None) -> list[QAExample]:
-    """The world's training questions: a seeded sample of ``limit`` (all by default), with ``common_fraction``
-    of them common-knowledge when set (as far as there are enough of each kind)."""
-    examples, _ = world_split(world_seed, heldout_fraction, seed)
+    """A seeded sample of ``limit`` of the world's training questions (``train``, :func:`world_split`'s first part;
+    all by default), with ``common_fraction`` of them common-knowledge when set (as far as there are enough of each
+    kind)."""
+    examples = list(train)
     rng = random.Random(f"adapt-source:{seed}")
     rng.shuffle(examples)
     total = limit or len(examples)

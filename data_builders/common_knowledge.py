@@ -221,11 +221,6 @@ def _rows() -> list[tuple[str, list[str], str, str]]:
     return rows
 
 
-def common_knowledge_passages() -> list[Passage]:
-    """The gold passage of every common-knowledge question, in question order."""
-    return [ex.gold_passages[0] for ex in common_knowledge_examples()]
-
-
 def common_knowledge_examples() -> list[QAExample]:
     """All common-knowledge questions with stable ids ("world-q-common-0000", passage "world-p-ck-0000")."""
     out = []

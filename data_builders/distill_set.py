@@ -1,19 +1,22 @@
 """Distillation data for Iter-RetGen's generation-augmented retrieval adaptation.
 
-For each training question: run Iter-RetGen's iteration 1 to get y1; retrieve ``num_candidates`` paragraphs
-with the current dense retriever; score each with the re-ranker, which sees the question AND y1. Writes:
+For each training question: run Iter-RetGen's iteration 1 (``top_k`` paragraphs in its prompt) to get y1; retrieve
+``num_candidates`` paragraphs with the current dense retriever (the pool the teacher re-ranks and the student learns
+to rank); score each with the re-ranker, which sees the question AND y1. Writes:
 
-    OUT/rows.jsonl      one row per finished question, appended per batch (the resume log)
+    OUT/rows.jsonl      one row per finished question (data_builders.distill_schema), appended per batch: the
+                       resume log (inference.core.record_log.RecordLog)
     OUT/dataset/       DatasetDict(train, validation): question_id, question, answers, gold_ids, y1, y1_answer,
                        candidate_ids, candidate_positions (rows of the index), teacher_scores, retriever_scores
     OUT/stats.json     counts, teacher/retriever quality on gold passages, source hashes, wall times
     OUT/config.yaml    the resolved configuration
 
     python -m data_builders.distill_set retrieval_adapt/configs/data_world.yaml
-    python -m data_builders.distill_set retrieval_adapt/configs/data_world.yaml --end 20 --out runs/tmp
+    python -m data_builders.distill_set retrieval_adapt/configs/data_world.yaml --limit 20 --out runs/tmp
 
 Resumable: a rerun with the same OUT skips the question ids already in rows.jsonl (a row half-written when a
-run died is dropped and redone). Changing a setting that changes the rows requires a fresh OUT.
+run died is dropped and redone). Changing a setting that changes the rows requires a fresh OUT
+(:func:`~inference.core.record_log.check_same_settings`); ``start`` and ``limit`` may change.
 """
 
 from __future__ import annotations
@@ -23,25 +26,30 @@ import logging
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-import yaml
+from tqdm.auto import tqdm
 
-from data_builders.distill_rows import append_rows, read_rows, row_stats, to_dataset_dict
+from data_builders.distill_schema import check_row, to_dataset_dict
 from data_builders.question_sets import QuestionsConfig, file_hash, load_questions, source_hash
 from inference.core.atomic_files import atomic_folder, write_text_atomic
-from inference.core.config import ConfigError, config_dict, parse_config, run_cli, save_config
-from inference.core.record_log import FolderLock
+from inference.core.config import config_dict, parse_config, run_cli, save_config
+from inference.core.record_log import FolderLock, RecordLog, check_same_settings
 from inference.core.records import QAExample
+from inference.core.retriever import join_query
 from inference.core.wandb_logging import check_report_to, log_run
+from inference.iter_retgen import IterRetGen, IterRetGenConfig, LMGenerator
 from inference.iter_retgen_prompts import PromptStyle
+from retrieval_adapt.dense import DenseRetriever
+from retrieval_adapt.rerankers import LLMReranker, RerankItem, build_reranker
 
 logger = logging.getLogger(__name__)
 
-# Fields that change speed, not content: a resumed run may change them.
-RUNTIME_FIELDS = frozenset({"gen_batch_size", "rerank_batch_size", "batch_size", "show_progress", "report_to"})
+# Fields that change speed, not content, or only which questions run: a resumed run may change them.
+RUNTIME_FIELDS = frozenset({"gen_batch_size", "rerank_batch_size", "batch_size", "show_progress", "report_to",
+                            "start", "limit"})
 
 
 @dataclass
@@ -49,12 +57,16 @@ class RetrievalAdaptDataConfig:
     # Retriever whose query encoder will be adapted (an index folder built by retrieval_adapt.build_index)
     index_dir: str = "runs/index/world-minilm"
     query_encoder: str | None = None  # None: the index's own encoder
-    num_candidates: int = 24  # paper: not published; 20-32 keeps the LLM re-ranker affordable on CPU
+    # The candidate pool per question: what the teacher re-ranks and the student learns to rank (not top_k, the
+    # paragraphs in y1's prompt). Paper: not published; 20-32 keeps the LLM re-ranker affordable on CPU.
+    num_candidates: int = field(default=24, metadata={
+        "help": "candidate paragraphs per question that the re-ranker scores and distillation ranks (the pool, not "
+                "top_k)"})
     candidate_query: Literal["question", "question_y1"] = "question"  # what retrieves the candidates
     # Generator of y1 (Iter-RetGen iteration 1)
     generator: str = "smollm2-135m"
     prompt_style: PromptStyle = "chat"
-    k: int = 5  # paragraphs in the generation prompt (paper: 5)
+    top_k: int = 5  # paragraphs retrieved for y1's generation prompt (paper: 5)
     max_new_tokens: int = 32
     gen_batch_size: int = 16
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
@@ -72,13 +84,15 @@ class RetrievalAdaptDataConfig:
     show_progress: bool = True
     report_to: str = "none"  # wandb: log the resolved config and stats (offline without an API key)
 
+    RENAMED: ClassVar[dict[str, str]] = {"k": "top_k (paragraphs retrieved for y1's prompt)"}
+
     def __post_init__(self) -> None:
         if self.num_candidates < 2:
             raise ValueError(f"num_candidates must be >= 2 (a distribution needs two), got {self.num_candidates}")
         if not 0.0 <= self.validation_fraction < 1.0:
             raise ValueError(f"validation_fraction must be in [0, 1), got {self.validation_fraction}")
         check_report_to(self.report_to)
-        for name in ("k", "max_new_tokens", "gen_batch_size", "rerank_batch_size", "batch_size"):
+        for name in ("top_k", "max_new_tokens", "gen_batch_size", "rerank_batch_size", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
@@ -86,9 +100,6 @@ class RetrievalAdaptDataConfig:
 def candidate_rows(examples: list[QAExample], y1s: list[str], y1_answers: list[str], retriever, reranker,
                    cfg: RetrievalAdaptDataConfig, position: dict[str, int]) -> list[dict]:
     """Candidates (retrieved with q or y1+q), their re-ranker scores, and provenance, one row per question."""
-    from inference.core.retriever import join_query
-    from retrieval_adapt.rerankers import RerankItem
-
     queries = [ex.question if cfg.candidate_query == "question" else join_query(ex.question, y)
                for ex, y in zip(examples, y1s)]
     hits = retriever.search(queries, cfg.num_candidates)
@@ -103,37 +114,62 @@ def candidate_rows(examples: list[QAExample], y1s: list[str], y1_answers: list[s
     } for ex, y, ya, row, scores in zip(examples, y1s, y1_answers, hits, teacher)]
 
 
+def row_log(out: Path) -> RecordLog:
+    """``rows.jsonl``: one row per finished question, every row checked against the schema."""
+    return RecordLog(out / "rows.jsonl", key="question_id", check=check_row)
+
+
 def check_resume(out: Path, cfg: RetrievalAdaptDataConfig, qcfg: QuestionsConfig) -> None:
     """Refuse to append to rows made with different content settings."""
-    saved_path = out / "config.yaml"
-    if not (out / "rows.jsonl").is_file() or not saved_path.is_file():
-        return
-    saved = yaml.safe_load(saved_path.read_text()) or {}
-    now = config_dict(qcfg, cfg)
-    changed = sorted(k for k in now if k not in RUNTIME_FIELDS and k not in ("start", "end") and
-                     saved.get(k, now[k]) != now[k])
-    if changed:
-        raise ConfigError(f"{out} holds rows built with other settings ({', '.join(changed)}); "
-                          "use a fresh --out, or restore those settings to resume")
+    if (out / "rows.jsonl").is_file():
+        check_same_settings(out / "config.yaml", config_dict(qcfg, cfg), RUNTIME_FIELDS, what="rows")
+
+
+def _entropy(scores: list[float]) -> float:
+    m = max(scores)
+    exp = [math.exp(s - m) for s in scores]
+    z = sum(exp)
+    return -sum(e / z * math.log(e / z) for e in exp if e > 0)
+
+
+def row_stats(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """How good the candidates and the teacher are, measured on gold passages where the data has them.
+
+    ``gold_in_candidates``: share of gold passages among the candidates; ``teacher_top1_gold`` /
+    ``retriever_top1_gold``: share of questions whose top candidate by the re-ranker / by the retriever is gold;
+    ``teacher_entropy``: mean entropy (nats) of softmax(teacher scores) at temperature 1.
+    """
+    n = len(rows)
+    with_gold = [r for r in rows if r["gold_ids"]]
+
+    def top1_gold(r: dict[str, Any], col: str) -> float:
+        best = max(range(len(r[col])), key=lambda i: r[col][i])
+        return float(r["candidate_ids"][best] in set(r["gold_ids"]))
+
+    out: dict[str, float] = {"n_questions": n,
+                             "mean_candidates": sum(len(r["candidate_ids"]) for r in rows) / max(n, 1),
+                             "teacher_entropy": sum(_entropy(r["teacher_scores"]) for r in rows) / max(n, 1)}
+    if with_gold:
+        g = len(with_gold)
+        out["gold_in_candidates"] = sum(len(set(r["gold_ids"]) & set(r["candidate_ids"])) / len(r["gold_ids"])
+                                        for r in with_gold) / g
+        out["teacher_top1_gold"] = sum(top1_gold(r, "teacher_scores") for r in with_gold) / g
+        out["retriever_top1_gold"] = sum(top1_gold(r, "retriever_scores") for r in with_gold) / g
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in out.items()}
 
 
 def _load_models(cfg: RetrievalAdaptDataConfig):
-    from inference.iter_retgen import IterRetGen, IterRetGenConfig, LMGenerator
-    from retrieval_adapt.dense import DenseRetriever
-    from retrieval_adapt.rerankers import build_reranker
-
     retriever = DenseRetriever.load(cfg.index_dir, query_encoder=cfg.query_encoder)
     generator = LMGenerator.from_name(cfg.generator, dtype=cfg.dtype, max_new_tokens=cfg.max_new_tokens,
                                       batch_size=cfg.gen_batch_size)
     if cfg.reranker == "llm" and cfg.reranker_model == cfg.generator:  # one copy of the model is enough
-        from retrieval_adapt.rerankers import LLMReranker
-
         reranker = LLMReranker(generator.model, generator.tokenizer, mode=cfg.llm_score,
                                use_y1=cfg.reranker_uses_y1, batch_size=cfg.rerank_batch_size)
     else:
         reranker = build_reranker(cfg.reranker, cfg.reranker_model, mode=cfg.llm_score, use_y1=cfg.reranker_uses_y1,
                                   batch_size=cfg.rerank_batch_size, dtype=cfg.dtype)
-    loop = IterRetGen(retriever, generator, IterRetGenConfig(iterations=1, k=cfg.k, prompt_style=cfg.prompt_style))
+    loop_cfg = IterRetGenConfig(iterations=1, top_k=cfg.top_k, prompt_style=cfg.prompt_style)
+    loop = IterRetGen(retriever, generator, loop_cfg)
     return retriever, loop, reranker
 
 
@@ -146,12 +182,11 @@ def build(qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, *, models=None):
 
 
 def _build(out: Path, qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, models):
-    from tqdm.auto import tqdm
-
     check_resume(out, cfg, qcfg)
     save_config(out / "config.yaml", qcfg, cfg)
-    examples = load_questions(qcfg)
-    done = {r["question_id"] for r in read_rows(out / "rows.jsonl")}
+    examples = load_questions(qcfg.question_set(), fmt=qcfg.dataset_format, world=qcfg.world())
+    log = row_log(out)
+    done = log.keys()
     todo = [ex for ex in examples if ex.id not in done]
     logger.info("%d questions, %d already done, %d to build", len(examples), len(examples) - len(todo), len(todo))
     timings = {"generate_s": 0.0, "rerank_s": 0.0}
@@ -169,15 +204,15 @@ def _build(out: Path, qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, mode
                                   reranker, cfg, position)
             timings["generate_s"] += t1 - t0
             timings["rerank_s"] += time.perf_counter() - t1
-            append_rows(out / "rows.jsonl", rows)  # a finished batch survives any later crash
+            log.append(rows)  # a finished batch survives any later crash
     wanted = {ex.id for ex in examples}
-    rows = [r for r in read_rows(out / "rows.jsonl") if r["question_id"] in wanted]
+    rows = [r for r in log.read() if r["question_id"] in wanted]
     dataset = to_dataset_dict(rows, cfg.validation_fraction, cfg.split_seed)
     # Written beside and renamed into place: a kill mid-save never leaves a dataset/ that loads half.
     with atomic_folder(out / "dataset") as tmp:
         dataset.save_to_disk(str(tmp))
     stats = {**row_stats(rows), "n_train": len(dataset["train"]), "n_validation": len(dataset["validation"]),
-             "built_this_run": len(todo), "questions_sha256": source_hash(qcfg),
+             "built_this_run": len(todo), "questions_sha256": source_hash(qcfg.question_set(), qcfg.world()),
              "index_passages_sha256": file_hash(Path(cfg.index_dir) / "passages.jsonl"),
              **{f"this_run_{k}": round(v, 2) for k, v in timings.items()}}
     write_text_atomic(out / "stats.json", json.dumps(stats, indent=2) + "\n")

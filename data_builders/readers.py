@@ -56,7 +56,6 @@ __all__ = [
     "read_hf_qa",
     "read_passages_jsonl",
     "read_qa",
-    "read_qa_jsonl",
     "write_passages_jsonl",
     "write_qa_jsonl",
 ]
@@ -93,11 +92,6 @@ def _parse_canonical(records: list[Record]) -> Iterator[Parsed]:
     for loc, rec in records:
         example = QAExample.from_dict(rec, source=loc.source, record=loc.record)
         yield Parsed(example, example.gold_passages)
-
-
-def read_qa_jsonl(path: str | Path, limit: int | None = None) -> list[QAExample]:
-    """Canonical QA JSONL (see :mod:`inference.core.records`)."""
-    return collect(_parse_canonical(load_json_records(path)), str(path), limit)
 
 
 def write_qa_jsonl(examples: Iterable[QAExample], path: str | Path) -> Path:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from data_builders import world_questions
 from data_builders.common_knowledge import common_knowledge_examples
+from data_builders.readers import write_passages_jsonl, write_qa_jsonl
 from data_builders.world_entities import INDUSTRY_SUFFIXES, Entity, WorldBuilder, occupation_plan
 from data_builders.world_names import NameGen
 from data_builders.world_passages import render
@@ -166,12 +167,6 @@ def scale_passages(world: World, n: int) -> list[Passage]:
     return out[:n]  # a distractor country comes with its capital: one passage too many, at most
 
 
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    with path.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-
 def write_world(world: World, out_dir: str | Path, passages: list[Passage] | None = None) -> Path:
     """Write corpus.jsonl, single_hop.jsonl, two_hop.jsonl, common_knowledge.jsonl and world_config.json.
 
@@ -179,10 +174,10 @@ def write_world(world: World, out_dir: str | Path, passages: list[Passage] | Non
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _write_jsonl(out / "corpus.jsonl", [p.to_dict() for p in (passages or world.passages)])
+    write_passages_jsonl(passages or world.passages, out / "corpus.jsonl")
     for name, examples in (("single_hop", world.single_hop), ("two_hop", world.two_hop),
                            ("common_knowledge", world.common_knowledge)):
-        _write_jsonl(out / f"{name}.jsonl", [ex.to_dict() for ex in examples])
+        write_qa_jsonl(examples, out / f"{name}.jsonl")
     (out / "world_config.json").write_text(json.dumps(asdict(world.config), indent=2) + "\n", encoding="utf-8")
     return out
 

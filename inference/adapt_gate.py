@@ -1,15 +1,15 @@
 """ADAPT-LLM's learned ``<RET>`` gate and the policies it is compared with, batched.
 
-    gate = AdaptGate(model_generator(model, tokenizer), retriever, GateConfig(k=1))
+    gate = AdaptGate(model_generator(model, tokenizer), retriever, GateConfig(top_k=1))
     records = gate.run(questions, "adapt_llm")        # or never_retrieve, always_retrieve, popularity, sweep
     print(format_table({"ADAPT": summarize(records)}))
 
 * ``adapt_llm``: ``parametric_prompt``; the output contains ``<RET>`` (``gate_rule="token"``, the paper) or the
   first-token probability of ``<RET>`` exceeds ``ret_threshold`` (``"threshold"``, the authors' option) ->
-  retrieve top-k with the question -> ``context_prompt``. Not retrieving, the parametric output is the answer
-  (under the threshold rule an output that still says ``<RET>`` is answered with the NR prompt, as the authors'
-  script does).
-* ``never_retrieve`` (NR): the NR prompt. ``always_retrieve`` (AR): ``context_prompt`` with top-k for every
+  retrieve ``top_k`` passages with the question -> ``context_prompt``. Not retrieving, the parametric output is
+  the answer (under the threshold rule an output that still says ``<RET>`` is answered with the NR prompt, as the
+  authors' script does).
+* ``never_retrieve`` (NR): the NR prompt. ``always_retrieve`` (AR): ``context_prompt`` with ``top_k`` for every
   question. ``popularity``: ``metadata["popularity"] < popularity_threshold`` -> AR's path, else NR's.
 * ``inner``: questions sent to retrieval may instead be answered by another method (:class:`InnerMethod`, e.g.
   DRAGIN or Iter-RetGen behind the evaluate command); questions the gate keeps are answered as above.
@@ -19,6 +19,8 @@
 
 Every policy returns the same :class:`GateRecord` type; fields a policy did not need stay ``None``;
 ``answered_by`` names the output that answered (``parametric``, ``closed_book``, ``context`` or the inner method).
+Generation goes through the one generator protocol (:class:`inference.core.generation.Generator`); the gate keeps
+each output's answer part (:func:`response_text`, as Algorithm 1's closed-book step does).
 """
 
 from __future__ import annotations
@@ -36,15 +38,13 @@ from data_builders.adapt_llm_prompts import (
     parametric_prompt,
     response_text,
 )
-from inference.core.generation import Generation, generate_texts
-from inference.core.records import QAExample
+from inference.core.generation import Generation, Generator, LMGenerator
+from inference.core.records import PredictionRecord, QAExample
 from inference.core.retriever import Retriever
 
 GatePolicy = Literal["adapt_llm", "never_retrieve", "always_retrieve", "popularity", "sweep"]
 GateRule = Literal["token", "threshold"]
 GATE_POLICIES = ("adapt_llm", "never_retrieve", "always_retrieve", "popularity", "sweep")
-# Generates greedy continuations for formatted prompts; first_token_probs carries "<RET>" when known.
-Generate = Callable[[list[str]], list[Generation]]
 SOURCES = {"parametric_output": "parametric", "closed_book_output": "closed_book", "context_output": "context"}
 
 
@@ -53,9 +53,8 @@ class InnerMethod:
     """Answers the questions the gate sends to retrieval in place of the single context prompt."""
 
     name: str  # e.g. "dragin": recorded as the path that answered
-    # examples -> one record per example, in order, with at least "output" and "retrievals" (each with "doc_ids"):
-    # the record shape of the evaluate command's runners
-    run: Callable[[list[QAExample]], list[dict[str, Any]]]
+    # examples -> one prediction record per example, in order (the evaluate command's runners)
+    run: Callable[[list[QAExample]], list[PredictionRecord]]
 
 
 @dataclass
@@ -64,7 +63,7 @@ class GateConfig:
     gate_rule: GateRule = "token"
     ret_threshold: float = 0.5  # threshold rule: retrieve when p(<RET> first) > this
     popularity_threshold: float = 707_000.0  # the paper's PopQA s_pop threshold
-    k: int = 1  # passages per context prompt; training used one gold passage
+    top_k: int = 1  # passages per context prompt; training used one gold passage
     prompt_variant: PromptVariant = "paper"
     max_passage_words: int | None = 200
     judge: JudgeName = "contains"
@@ -77,8 +76,8 @@ class GateConfig:
             raise ValueError(f"gate_rule must be 'token' or 'threshold', got '{self.gate_rule}'")
         if not 0.0 <= self.ret_threshold <= 1.0:
             raise ValueError(f"ret_threshold must be in [0, 1], got {self.ret_threshold}")
-        if self.k < 1:
-            raise ValueError(f"k must be >= 1, got {self.k}")
+        if self.top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
 
 
 @dataclass
@@ -101,21 +100,17 @@ class GateRecord:
     answered_by: str = ""  # parametric | closed_book | context | the inner method's name
     generated_tokens: int = 0  # by the gate's own prompts (an inner method's count stays in ``inner``)
     forward_passes: int = 0  # model calls the gate's own prompts took part in (likewise)
-    inner: dict[str, Any] | None = None  # the inner method's record, when one answered the context path
+    inner_method: str | None = None  # the inner method that answered the context path, if one did
+    inner: PredictionRecord | None = None  # its record
 
 
 def model_generator(model: Any, tokenizer: Any, batch_size: int = 16, max_new_tokens: int = 20,
-                    show_progress: bool = False) -> Generate:
-    """Greedy generation that keeps the answer part (:func:`response_text`, as Algorithm 1's closed-book step
-    does) and reports p(<RET>) when the tokenizer has the token; ``show_progress``: a bar per prompt set."""
+                    show_progress: bool = False) -> Generator:
+    """The gate's generator: greedy, reporting p(<RET>) when the tokenizer has the token; ``show_progress``: a bar
+    per prompt set."""
     watch = (RET_TOKEN,) if RET_TOKEN in tokenizer.get_vocab() else ()
-
-    def generate(prompts: list[str]) -> list[Generation]:
-        gens = generate_texts(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                              watch_tokens=watch, show_progress=show_progress)
-        return [replace(g, text=response_text(g.text)) for g in gens]
-
-    return generate
+    return LMGenerator(model, tokenizer, max_new_tokens=max_new_tokens, batch_size=batch_size, watch_tokens=watch,
+                       show_progress=show_progress)
 
 
 def wants_retrieval(rec: GateRecord, rule: GateRule, threshold: float) -> bool:
@@ -158,7 +153,7 @@ def redecide(records: Sequence[GateRecord], policy: GatePolicy, cfg: GateConfig 
     for rec in records:
         retrieved, source = _decide_one(rec, policy, cfg)
         output = _need(rec, source)
-        by = SOURCES[source] if source != "context_output" or rec.inner is None else rec.inner["method"]
+        by = SOURCES[source] if source != "context_output" or rec.inner_method is None else rec.inner_method
         out.append(replace(rec, policy=policy, retrieved=retrieved, output=output, answered_by=by,
                            correct=bool(judge(output, rec.answers)), doc_ids=list(rec.doc_ids)))
     return out
@@ -168,9 +163,9 @@ class AdaptGate:
     """Runs a policy over questions: generation and retrieval are passed in, so tests can stub both. With
     ``inner``, that method answers the questions sent to retrieval (it does its own retrieving)."""
 
-    def __init__(self, generate: Generate, retriever: Retriever | None, cfg: GateConfig | None = None,
+    def __init__(self, generator: Generator, retriever: Retriever | None, cfg: GateConfig | None = None,
                  inner: InnerMethod | None = None):
-        self.generate, self.retriever, self.cfg, self.inner = generate, retriever, cfg or GateConfig(), inner
+        self.generator, self.retriever, self.cfg, self.inner = generator, retriever, cfg or GateConfig(), inner
         self.judge = make_judge(self.cfg.judge, self.cfg.judge_normalize)
         self._examples: dict[str, QAExample] = {}
 
@@ -200,15 +195,21 @@ class AdaptGate:
             self._closed_book([r for r in recs if r.popularity >= cfg.popularity_threshold])
         return redecide(recs, "adapt_llm" if policy == "sweep" else policy, cfg, self.judge)
 
+    def generate(self, prompts: list[str]) -> list[Generation]:
+        """The generator's continuations, each cut to its answer part."""
+        if not prompts:
+            return []
+        return [replace(g, text=response_text(g.text)) for g in self.generator.generate(prompts)]
+
     def _parametric(self, recs: list[GateRecord]) -> None:
-        gens = self.generate([parametric_prompt(r.question, self.cfg.prompt_variant) for r in recs]) if recs else []
+        gens = self.generate([parametric_prompt(r.question, self.cfg.prompt_variant) for r in recs])
         for rec, gen in zip(recs, gens):
             rec.parametric_output, rec.p_ret = gen.text, gen.first_token_probs.get(RET_TOKEN)
             rec.generated_tokens += gen.num_tokens
             rec.forward_passes += gen.forward_passes
 
     def _closed_book(self, recs: list[GateRecord]) -> None:
-        gens = self.generate([never_retrieve_prompt(r.question, self.cfg.prompt_variant) for r in recs]) if recs else []
+        gens = self.generate([never_retrieve_prompt(r.question, self.cfg.prompt_variant) for r in recs])
         for rec, gen in zip(recs, gens):
             rec.closed_book_output = gen.text
             rec.generated_tokens += gen.num_tokens
@@ -222,7 +223,7 @@ class AdaptGate:
             return
         if self.retriever is None:
             raise ValueError("this policy retrieves, but the gate has no retriever")
-        hits = self.retriever.search([r.question for r in recs], self.cfg.k)
+        hits = self.retriever.search([r.question for r in recs], self.cfg.top_k)
         prompts = []
         for rec, row in zip(recs, hits):
             rec.doc_ids = [h.passage.id for h in row]
@@ -239,9 +240,9 @@ class AdaptGate:
         if len(outs) != len(recs):
             raise ValueError(f"inner method '{self.inner.name}' returned {len(outs)} records for {len(recs)}")
         for rec, out in zip(recs, outs):
-            rec.inner = {"method": self.inner.name, **out}
-            rec.context_output = out["output"] or ""
-            rec.doc_ids = [d for r in out.get("retrievals", []) for d in r["doc_ids"]]
+            rec.inner_method, rec.inner = self.inner.name, out
+            rec.context_output = out.output
+            rec.doc_ids = [d for r in out.retrievals for d in r.doc_ids]
 
 
 def _acc(recs: Sequence[GateRecord]) -> float | None:

@@ -21,12 +21,16 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from inference.core.decoder import BatchDecoder, Sequence, stop_token_ids
-from inference.core.records import Passage, QAExample
+from inference.core.records import Passage, PredictionRecord, QAExample, RetrievalRecord
 from inference.core.retriever import Retriever
 from inference.core.tokenization import prompt_ids
-from inference.methods import Event, MethodConfig, RoundView, check_trigger, form_query, rind_words
+from inference.methods import MethodConfig
 from inference.prompts import PromptBuilder
+from inference.queries import form_query
+from inference.round_view import Event, RoundView
+from inference.signals import round_word_signals
 from inference.text_units import TokenText, ends_sentence
+from inference.triggers import check_trigger
 
 ANSWER_MARKER = re.compile(r"the answer is", re.IGNORECASE)
 
@@ -49,7 +53,7 @@ class QuestionState:
     example: QAExample
     prior: str = ""  # answer text kept from earlier rounds (already in the prompt)
     docs: list[Passage] = field(default_factory=list)
-    retrievals: list[dict[str, Any]] = field(default_factory=list)
+    retrievals: list[RetrievalRecord] = field(default_factory=list)
     forward_passes: int = 0
     generated_tokens: int = 0
     rounds: int = 0
@@ -62,12 +66,14 @@ class QuestionState:
     after_retrieval: bool = False  # the next round follows a retrieval a trigger fired
     docs_round: bool = False  # this round only writes the sentence the documents are for (docs_scope next_sentence)
 
-    def record(self) -> dict[str, Any]:
+    def record(self, *, output_tokens: int, batch_mean_seconds: float) -> PredictionRecord:
+        """The finished question's prediction record; ``output_tokens``: tokens of its output; ``batch_mean_seconds``:
+        the batch's wall time per question (questions decode together: one question's own time is not measured)."""
         ex = self.example
-        return {"id": ex.id, "question": ex.question, "answers": ex.answers, "output": self.output,
-                "retrievals": self.retrievals, "llm_forward_passes": self.forward_passes,
-                "generated_tokens": self.generated_tokens, "output_tokens": None, "rounds": self.rounds,
-                **({"signals": self.signals} if self.signals else {})}
+        return PredictionRecord(id=ex.id, question=ex.question, answers=ex.answers, output=self.output or "",
+                                retrievals=self.retrievals, llm_forward_passes=self.forward_passes,
+                                generated_tokens=self.generated_tokens, batch_mean_seconds=batch_mean_seconds,
+                                output_tokens=output_tokens, rounds=self.rounds, signals=self.signals)
 
 
 class DynamicRAGEngine:
@@ -77,14 +83,14 @@ class DynamicRAGEngine:
                  method: MethodConfig, cfg: EngineConfig | None = None):
         self.model, self.tokenizer, self.retriever = model, tokenizer, retriever
         self.prompts, self.method, self.cfg = prompts, method, cfg or EngineConfig()
-        if method.trigger != "never" and retriever is None:
+        if method.retrieves and retriever is None:
             raise ValueError(f"method '{method.method}' retrieves but no retriever was given")
         self.method = method = method.resolved(getattr(prompts.cfg, "demos", None))
         self.text = TokenText(tokenizer)
-        needs_rows = method.trigger == "rind" or method.query == "qfs"
-        per_head = method.keeps_heads(self.cfg.head_reduce)
-        self.decoder = BatchDecoder(model, tokenizer, reduce="none" if per_head else self.cfg.head_reduce,
-                                    capture=needs_rows, stop_token_ids=stop_token_ids(tokenizer))
+        needs = method.needs(self.cfg.head_reduce)  # what the method's trigger and query former read
+        self.decoder = BatchDecoder(model, tokenizer,
+                                    reduce="none" if "attention_per_head" in needs else self.cfg.head_reduce,
+                                    capture="attention" in needs, stop_token_ids=stop_token_ids(tokenizer))
 
     # -- prompts ------------------------------------------------------------------------------------------
     def _start_round(self, state: QuestionState) -> Sequence:
@@ -101,7 +107,7 @@ class DynamicRAGEngine:
         return seq
 
     # -- main loop ----------------------------------------------------------------------------------------
-    def run(self, examples: list[QAExample], *, show_progress: bool = True) -> list[dict[str, Any]]:
+    def run(self, examples: list[QAExample], *, show_progress: bool = True) -> list[PredictionRecord]:
         states = [QuestionState(ex) for ex in examples]
         waiting: deque[QuestionState] = deque()
         to_retrieve: list[tuple[QuestionState, str, Event | None, int]] = []
@@ -125,12 +131,9 @@ class DynamicRAGEngine:
             self.decoder.remove(finished + leaving)
             bar.update(len(finished))
         bar.close()
-        elapsed = time.perf_counter() - start
-        records = [st.record() for st in states]
-        for r in records:
-            r["seconds"] = elapsed / max(1, len(records))  # batch wall time shared evenly
-            r["output_tokens"] = len(self.tokenizer.encode(r["output"] or "", add_special_tokens=False))
-        return records
+        per_question = (time.perf_counter() - start) / max(1, len(states))  # batch wall time shared evenly
+        return [st.record(output_tokens=len(self.tokenizer.encode(st.output or "", add_special_tokens=False)),
+                          batch_mean_seconds=per_question) for st in states]
 
     def _inspect(self, to_retrieve, waiting) -> tuple[list[Sequence], list[Sequence]]:
         """After a step: sync each sequence's view, finish the done ones, pull out those whose trigger fired, and
@@ -143,12 +146,13 @@ class DynamicRAGEngine:
             if seq.done:
                 n_fed = len(seq.gen_ids)
             nxt = "" if seq.done else self.text.piece(seq.gen_ids[-1]) if len(seq.gen_ids) > n_fed else ""
-            pieces = self.text.pieces(seq.gen_ids[:n_fed])
-            stop = self.prompts.stop_index("".join(pieces))
+            if n_fed > len(view.pieces):  # the round's text grows by the tokens fed since the last step
+                view.extend(self.text.pieces(seq.gen_ids[len(view.pieces):n_fed]))
+            stop = self.prompts.stop_index(view.text)
             if stop is not None:  # the model began a new few-shot "Question:": the answer ended before it
-                n_fed, nxt = _tokens_before(pieces, stop), ""
-                pieces = pieces[:n_fed]
-            view.pieces, view.prompt_row = pieces, seq.prompt_row
+                n_fed, nxt = _tokens_before(view.pieces, stop), ""
+                view.truncate(n_fed)
+            view.prompt_row = seq.prompt_row
             view.probs, view.entropies, view.rows = seq.probs[:n_fed], seq.entropies[:n_fed], seq.rows[:n_fed]
             sentence_end = ends_sentence(view.text, nxt) if view.pieces else False
             final = seq.done or stop is not None or self._answer_complete(st, view.text, sentence_end)
@@ -195,7 +199,7 @@ class DynamicRAGEngine:
     def _keep_signals(self, st: QuestionState, view: RoundView, keep: int, event, query: str | None) -> None:
         if not self.cfg.keep_signals:
             return
-        words = rind_words(view, self.method)
+        words = round_word_signals(view, self.method)
         st.signals.append({
             "round": st.rounds, "kept_tokens": keep, "theta": self.method.theta,
             "words": [{"text": "".join(view.pieces[i] for i in w.tokens), "first_token": w.tokens[0],
@@ -217,10 +221,10 @@ class DynamicRAGEngine:
         hits = self.retriever.search([q for _, q, _, _ in jobs], self.method.top_k)
         for (st, query, event, position), found in zip(jobs, hits):
             st.docs = [h.passage for h in found]
-            st.retrievals.append({"round": st.rounds, "position": position,
-                                  "trigger_score": 0.0 if event is None else event.score, "query": query,
-                                  "doc_ids": [p.id for p in st.docs],
-                                  **({"stopword_hits": True} if event is not None and event.stopword_hits else {})})
+            st.retrievals.append(RetrievalRecord(round=st.rounds, position=position,
+                                                 trigger_score=0.0 if event is None else event.score, query=query,
+                                                 doc_ids=[p.id for p in st.docs],
+                                                 stopword_hits=event is not None and event.stopword_hits))
         return [st for st, _, _, _ in jobs]
 
 

@@ -1,7 +1,8 @@
 """The output folder of an evaluation run: one writer at a time, and the predictions already in it (resume).
 
 Under ``accelerate launch`` every process appends to its own ``predictions.rankN.jsonl``; the main process holds
-the folder's lock for all of them.
+the folder's lock for all of them. One process alone (the ADAPT-LLM training job's evaluation) passes
+:class:`SingleProcess` where accelerate's state would go.
 """
 
 from __future__ import annotations
@@ -9,19 +10,31 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from inference.core.config import ConfigError
 from inference.core.record_log import FolderInUseError, FolderLock, RecordLog
+from inference.core.records import PredictionRecord
 
 
-def read_done(out: Path) -> dict[str, dict[str, Any]]:
+class SingleProcess:
+    """The part of accelerate's ``PartialState`` an evaluation reads, for one process running alone."""
+
+    is_main_process = True
+    num_processes = 1
+    process_index = 0
+
+    def wait_for_everyone(self) -> None:
+        pass
+
+
+def read_done(out: Path) -> dict[str, PredictionRecord]:
     """Records already written by any process (resume), keyed by question id, first record of an id kept. A torn
     last line (a killed run, even one cut inside a multi-byte character) is cut off; that question runs again."""
-    done: dict[str, dict[str, Any]] = {}
+    done: dict[str, PredictionRecord] = {}
     for path in sorted(out.glob("predictions*.jsonl")):
-        for rec in RecordLog(path, key="id").read():
-            done.setdefault(rec["id"], rec)
+        for n, rec in enumerate(RecordLog(path, key="id").read(), 1):
+            if rec["id"] not in done:
+                done[rec["id"]] = PredictionRecord.from_dict(rec, source=f"{path}, record {n}")
     return done
 
 
@@ -52,7 +65,7 @@ def locked_output(out: Path, state) -> Iterator[None]:
             lock.release()
 
 
-def read_done_everywhere(out: Path, state) -> dict[str, dict[str, Any]]:
+def read_done_everywhere(out: Path, state) -> dict[str, PredictionRecord]:
     """:func:`read_done` in every process. The main process reads first (cutting torn tails); no process appends
     before all have read, so nobody cuts a line another process is writing."""
     done = read_done(out) if state.is_main_process else {}

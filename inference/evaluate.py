@@ -12,7 +12,10 @@ folder) is checked before any model loads or anything is written; the run holds 
 second run into the same folder stops at once.
 Methods: the dynamic-RAG methods (:mod:`inference.methods`), ``iter-retgen``, and ADAPT-LLM's gate with its
 baselines ``adapt-llm`` / ``nr`` / ``ar`` / ``popularity`` (:mod:`inference.gate_eval`, knobs ``--gate_rule``,
-``--ret_threshold``, ``--popularity_threshold``, ``--gate_k``, ``--gate_inner`` ...).
+``--ret_threshold``, ``--popularity_threshold``, ``--gate_inner`` ...). ``--top_k`` is every method's retrieval
+depth (passages per retrieval; unset: the method's own).
+The held-out evaluation of the ADAPT-LLM training job runs through :func:`evaluate_examples` too, so its folder
+holds the same files.
 """
 
 from __future__ import annotations
@@ -20,36 +23,52 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, get_args
 
 import yaml
 
+from data_builders.question_sets import WorldOptions, load_questions
+from inference import eval_data, sweep
+from inference.core import models
 from inference.core.config import config_dict, parse_config, run_cli, save_config, write_atomic
 from inference.core.metrics import NORMALISATIONS, Normalisation
+from inference.core.progress import bar_options
+from inference.core.question_set import WORLD_SETS, QuestionSet
 from inference.core.record_log import RecordLog, check_same_settings
-from inference.core.records import QAExample
+from inference.core.records import PredictionRecord, QAExample
 from inference.core.scoring import summarise
 from inference.core.wandb_logging import check_report_to, log_run
-from inference.engine import EngineConfig
-from inference.eval_folder import locked_output, read_done, read_done_everywhere
-from inference.gate_eval import GATE_METHODS, GateMethodConfig, check_examples, gate_runner, inner_method
+from inference.engine import DynamicRAGEngine, EngineConfig
+from inference.eval_checks import check_device, check_index_folder, check_model_name, check_output_dir
+from inference.eval_folder import SingleProcess, locked_output, read_done, read_done_everywhere
+from inference.gate_eval import (
+    GATE_METHODS,
+    GateMethodConfig,
+    check_examples,
+    gate_runner,
+    inner_method,
+    resolved_method,
+)
+from inference.iter_retgen import IterRetGen, IterRetGenConfig, LMGenerator, iter_retgen_depth
 from inference.methods import MethodConfig
-from inference.prompts import PromptConfig
+from inference.prompts import PromptBuilder, PromptConfig
 
-logger = logging.getLogger(__name__)
 DEFAULT_OUTPUT_ROOT = "runs/eval"
 
 
 @dataclass
 class EvalConfig:
     model: str = field(default="smollm2-135m", metadata={"help": "embedded name, hub id, model or adapter folder"})
-    dataset: str = field(default="world-two-hop", metadata={"help": "world-single-hop|world-two-hop|world-common or"
-                                                                     " a QA file"})
-    dataset_format: str | None = None  # force the QA file's format (None: detected from the file)
-    start: int = 0  # first question (file order)
+    dataset: str = field(default="world-two-hop", metadata={"help": f"{'|'.join(WORLD_SETS)} or a QA file"})
+    dataset_format: str | None = None  # force the QA file's format (None: detected from the file; hf: a hub dataset)
+    split: str | None = None  # a hub dataset's split (default validation)
+    start: int = 0  # first question (after the shuffle)
     limit: int | None = None  # how many questions from start (None: all)
+    shuffle_seed: int | None = None  # shuffle the questions with this seed before slicing (None: file order)
     index: str | None = field(default=None, metadata={"help": "index folder (None: BM25 over the embedded world)"})
     query_encoder: str | None = None  # an adapted query encoder folder for a dense index (retrieval_adapt)
     output_dir: str | None = field(default=None, metadata={
@@ -67,14 +86,11 @@ class EvalConfig:
     run_name: str | None = field(default=None, metadata={"help": "wandb run name (default: the output folder)"})
 
     def __post_init__(self):
-        from inference.core.models import DType
-
-        if self.chunk_size <= 0 or (self.limit is not None and self.limit <= 0):
-            raise ValueError("chunk_size and limit must be positive")
-        if self.start < 0:
-            raise ValueError(f"start must be >= 0, got {self.start}")
-        if self.dtype not in get_args(DType):
-            raise ValueError(f"dtype must be one of {', '.join(get_args(DType))}, got {self.dtype!r}")
+        if self.chunk_size <= 0:
+            raise ValueError("chunk_size must be positive")
+        QuestionSet.of(self)  # an old dataset name, a bad start or limit: one line naming the fix
+        if self.dtype not in get_args(models.DType):
+            raise ValueError(f"dtype must be one of {', '.join(get_args(models.DType))}, got {self.dtype!r}")
         check_report_to(self.report_to)
         if self.answer_normalisation not in NORMALISATIONS:
             raise ValueError(f"answer_normalisation must be one of {', '.join(NORMALISATIONS)}, "
@@ -83,7 +99,7 @@ class EvalConfig:
 
 # Settings that only choose which questions run, or how: a resumed folder may differ in these.
 # answer_normalisation only changes scoring, which is recomputed from all predictions at the end.
-RESUMABLE_CHANGES = frozenset({"start", "limit", "output_dir", "chunk_size", "show_progress", "device",
+RESUMABLE_CHANGES = frozenset({"start", "limit", "shuffle_seed", "output_dir", "chunk_size", "show_progress", "device",
                                "answer_normalisation", "report_to", "run_name"})
 
 
@@ -112,13 +128,10 @@ def make_runner(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, eng
     """A callable ``examples -> records`` for the configured method."""
     from accelerate import PartialState
 
-    from inference.core.models import ModelOptions, load_causal_lm
-    from inference.eval_data import load_eval_retriever
-
     # Under `accelerate launch` each process takes its own GPU (cuda:0, cuda:1, ...), not all cuda:0.
     device = str(PartialState().device) if cfg.device == "auto" else cfg.device
-    model, tokenizer = load_causal_lm(cfg.model, ModelOptions(dtype=cfg.dtype, device=device))
-    retriever = None if not needs_retrieval(method) else load_eval_retriever(
+    model, tokenizer = models.load_causal_lm(cfg.model, models.ModelOptions(dtype=cfg.dtype, device=device))
+    retriever = None if not needs_retrieval(method, gate) else eval_data.load_eval_retriever(
         cfg.index, cfg.dataset, query_encoder=cfg.query_encoder, world_seed=cfg.world_seed)
     if method.method not in GATE_METHODS:
         return method_runner(model, tokenizer, retriever, method, prompt, engine)
@@ -132,9 +145,6 @@ def make_runner(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, eng
 
 def method_runner(model, tokenizer, retriever, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig):
     """The engine (dynamic-RAG methods) or the Iter-RetGen loop behind one ``examples -> records`` callable."""
-    from inference.engine import DynamicRAGEngine
-    from inference.prompts import PromptBuilder
-
     if method.method == "iter-retgen":
         return iter_retgen_runner(model, tokenizer, retriever, method, prompt, engine)
     eng = DynamicRAGEngine(model, tokenizer, retriever, PromptBuilder(tokenizer, prompt), method, engine)
@@ -143,53 +153,39 @@ def method_runner(model, tokenizer, retriever, method: MethodConfig, prompt: Pro
 
 def iter_retgen_runner(model, tokenizer, retriever, method: MethodConfig, prompt: PromptConfig,
                        engine: EngineConfig):
-    """Iter-RetGen behind the same record shape as the engine's methods (one retrieval per iteration)."""
-    import time
-
-    from inference.iter_retgen import IterRetGen, IterRetGenConfig, LMGenerator
-
+    """Iter-RetGen behind the same record type as the engine's methods (one retrieval per iteration)."""
     generator = LMGenerator(model, tokenizer, max_new_tokens=engine.max_new_tokens, batch_size=engine.batch_size)
-    loop = IterRetGen(retriever, generator, IterRetGenConfig(iterations=method.iterations, k=method.top_k,
+    loop = IterRetGen(retriever, generator, IterRetGenConfig(iterations=method.iterations,
+                                                             top_k=iter_retgen_depth(method.top_k),
                                                              prompt_style=prompt.prompt_style))
 
-    def run(examples):
-        start, before, passes = time.perf_counter(), generator.generated_tokens, generator.forward_passes
+    def run(examples: list[QAExample]) -> list[PredictionRecord]:
+        start = time.perf_counter()
         records = loop.run(examples)
-        seconds = (time.perf_counter() - start) / max(1, len(examples))
-        tokens = (generator.generated_tokens - before) / max(1, len(examples))
-        passes = (generator.forward_passes - passes) / max(1, len(examples))
-        return [{"id": r.id, "question": r.question, "answers": r.answers, "output": r.iterations[-1].output,
-                 "retrievals": [{"round": t + 1, "query": it.query, "doc_ids": it.doc_ids} for t, it in
-                                enumerate(r.iterations)],
-                 "iterations": [{"answer": it.answer, **it.metrics} for it in r.iterations],
-                 "llm_forward_passes": passes, "generated_tokens": tokens, "rounds": len(r.iterations),
-                 "seconds": seconds} for r in records]
+        seconds = (time.perf_counter() - start) / max(1, len(examples))  # the chunk's wall time shared evenly
+        return [r.to_prediction(seconds) for r in records]
     return run
 
 
-def needs_retrieval(method: MethodConfig) -> bool:
-    return method.trigger != "never"
+def needs_retrieval(method: MethodConfig, gate: GateMethodConfig | None = None) -> bool:
+    """The method retrieves, or it is a gate method asked for every path's answer (NR's too)."""
+    all_answers = gate is not None and gate.gate_all_answers and method.method in GATE_METHODS
+    return method.trigger != "never" or all_answers
 
 
-def check_inputs(cfg: EvalConfig, method: MethodConfig) -> list[QAExample]:
+def check_inputs(cfg: EvalConfig, method: MethodConfig, gate: GateMethodConfig | None = None) -> list[QAExample]:
     """The questions to run, after checking everything the user named; nothing loads and nothing is written."""
-    from inference.eval_checks import check_output_dir
-    from inference.eval_data import check_index_given, load_examples
-
     check_output_dir(cfg.output_dir)
-    examples = load_examples(cfg.dataset, fmt=cfg.dataset_format, start=cfg.start, limit=cfg.limit,
-                             world_seed=cfg.world_seed)
+    examples = load_questions(QuestionSet.of(cfg), fmt=cfg.dataset_format, world=WorldOptions(seed=cfg.world_seed))
     check_examples(method, examples, cfg.dataset)
-    check_index_given(cfg.index, cfg.dataset, needs_retrieval(method))
-    check_resources(cfg, method)
+    eval_data.check_index_given(cfg.index, cfg.dataset, needs_retrieval(method, gate))
+    check_resources(cfg, method, gate)
     return examples
 
 
-def check_resources(cfg: EvalConfig, method: MethodConfig) -> None:
+def check_resources(cfg: EvalConfig, method: MethodConfig, gate: GateMethodConfig | None = None) -> None:
     """The model, the index folder and the device exist (small files only: nothing is loaded twice)."""
-    from inference.eval_checks import check_device, check_index_folder, check_model_name
-
-    if needs_retrieval(method) and cfg.index:
+    if needs_retrieval(method, gate) and cfg.index:
         check_index_folder(cfg.index, cfg.query_encoder)
     check_model_name(cfg.model)
     check_device(cfg.device)
@@ -204,9 +200,24 @@ def evaluate(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine
     # each believing it runs alone (and all writing one predictions file)
     state = PartialState(cpu=not torch.cuda.is_available())
     gate = gate or GateMethodConfig()
-    method = method.resolved(cfg.dataset, prompt.demos)  # dataset-dependent profile values, recorded in config.yaml
+    # the method's own depth and dataset-dependent profile values, recorded in config.yaml
+    method = resolved_method(method, gate, cfg.dataset, prompt.demos)
     cfg = resolve_output_dir(cfg, method)
-    examples = check_inputs(cfg, method)
+    examples = check_inputs(cfg, method, gate)
+    return evaluate_examples(examples, cfg, method, prompt, engine, gate,
+                             make_run=lambda: make_runner(cfg, method, prompt, engine, gate), state=state)
+
+
+def evaluate_examples(examples: list[QAExample], cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig,
+                      engine: EngineConfig, gate: GateMethodConfig, *,
+                      make_run: Callable[[], Callable[[list[QAExample]], list[PredictionRecord]]],
+                      state=None) -> dict[str, Any]:
+    """Evaluate ``examples`` into ``cfg.output_dir`` (the command, and the ADAPT-LLM training job with its own
+    questions and loaded model): resume from the predictions already there (refusing other settings), write
+    ``config.yaml``, run the questions left chunk by chunk with ``make_run()`` (called only when some are left) into
+    ``predictions.jsonl``, and score them all into ``metrics.json``, which is returned ({} off the main process).
+    ``state``: accelerate's process state; None: this process alone."""
+    state = state or SingleProcess()
     out = Path(cfg.output_dir)
     with locked_output(out, state):
         done = read_done_everywhere(out, state)
@@ -215,7 +226,7 @@ def evaluate(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine
                                 RESUMABLE_CHANGES, what="predictions")
         todo = [e for e in examples if e.id not in done][state.process_index::state.num_processes]
         # the model loads before config.yaml is written: a model that fails to load leaves no folder behind
-        run = make_runner(cfg, method, prompt, engine, gate) if todo else None
+        run = make_run() if todo else None
         if state.is_main_process:
             save_config(out / "config.yaml", cfg, method, prompt, engine, gate)
             print(f"{len(examples)} questions, {len(done)} already done, {len(todo)} to run here; output: {out}")
@@ -236,9 +247,6 @@ def run_chunks(run, todo: list[QAExample], log: RecordLog, cfg: EvalConfig, meth
     ends in a message saying how many questions are saved where (``saved``: how many were before this run)."""
     from tqdm.auto import tqdm
 
-    from inference.core.metrics import extract_answer
-    from inference.core.progress import bar_options
-
     written = 0
     bar = tqdm(total=len(todo), desc=method.method,
                **bar_options(disable=not (cfg.show_progress and state.is_main_process)))
@@ -246,9 +254,7 @@ def run_chunks(run, todo: list[QAExample], log: RecordLog, cfg: EvalConfig, meth
         for s in range(0, len(todo), cfg.chunk_size):
             chunk = todo[s:s + cfg.chunk_size]
             records = run(chunk)
-            for rec in records:
-                rec["answer"] = extract_answer(rec["output"] or "")
-            log.append(records)
+            log.append(rec.to_dict() for rec in records)
             written += len(records)
             bar.update(len(chunk))
     except KeyboardInterrupt:
@@ -270,13 +276,12 @@ def write_metrics(out: Path, examples: list[QAExample], cfg: EvalConfig, method:
     write_atomic(out / "metrics.json", json.dumps(metrics, indent=2))
     print(json.dumps(metrics, indent=2))
     log_run(cfg.report_to, job="evaluate", name=cfg.run_name or out.name, folder=out,
-            config=yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8")), metrics=metrics, records=records)
+            config=yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8")), metrics=metrics,
+            records=[r.to_dict() for r in records])
     return metrics
 
 
 def main(argv: list[str] | None = None) -> None:
-    from inference import sweep
-
     types = (EvalConfig, MethodConfig, PromptConfig, EngineConfig, GateMethodConfig)
     if sweep.is_sweep_recipe(argv):  # a YAML with `sweep:`: one evaluation per grid point (inference/sweep.py)
         sweep.main(argv, types, evaluate)

@@ -1,53 +1,58 @@
 """Iter-RetGen (Shao et al. 2023): iterative retrieval-generation synergy, batched over questions.
 
-Iteration 1 retrieves the top-k paragraphs with the question q; iteration t > 1 retrieves with y_{t-1} joined to
-q. Each iteration generates y_t from the paragraphs prepended to q (:mod:`inference.iter_retgen_prompts`).
-The answer is y_T. Every iteration is recorded (query, doc ids, output, extracted answer, answer recall of the
-retrieved set, EM/F1/contained accuracy of y_t), so one run with T iterations also gives the curves for
-every T' < T: the loop is greedy and deterministic, so the first T' iterations of a T run are a T' run.
+Iteration 1 retrieves the top-k paragraphs (``top_k``, 5 in the paper) with the question q; iteration t > 1
+retrieves with y_{t-1} joined to q. Each iteration generates y_t from the paragraphs prepended to q
+(:mod:`inference.iter_retgen_prompts`). The answer is y_T. Every iteration is recorded (query, doc ids, output,
+extracted answer, answer recall of the retrieved set, EM/F1/contained accuracy of y_t), so one run with T
+iterations also gives the curves for every T' < T: the loop is greedy and deterministic, so the first T'
+iterations of a T run are a T' run.
 
     loop = IterRetGen(retriever, LMGenerator.from_name("smollm2-135m"), IterRetGenConfig(iterations=2))
-    records = loop.run(examples)
+    records = loop.run(examples)       # [r.to_prediction(seconds) for r in records]: the evaluate command's records
     curve = iteration_curve(records)   # one metrics dict per iteration
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any
 
 from tqdm.auto import tqdm
 
+from inference.core import generation
+from inference.core.generation import Generator
 from inference.core.metrics import aggregate, extract_answer, score
 from inference.core.progress import bar_options
-from inference.core.records import QAExample
+from inference.core.records import IterationScore, PredictionRecord, QAExample, RetrievalRecord
 from inference.core.retriever import Hit, Retriever, join_query
-from inference.iter_retgen_prompts import Prompt, PromptStyle, build_prompt
+from inference.iter_retgen_prompts import PromptStyle, build_prompt
+from retrieval_adapt.recall import answer_recall, gold_recall
+
+ITER_RETGEN_TOP_K = 5  # paragraphs per retrieval in the paper (top-5 Contriever-MSMARCO)
+
+
+def iter_retgen_depth(top_k: int | None) -> int:
+    """Paragraphs per retrieval: ``top_k`` where one is set, else the paper's 5."""
+    return ITER_RETGEN_TOP_K if top_k is None else top_k
 
 
 @dataclass
 class IterRetGenConfig:
     iterations: int = 2  # T; the paper finds T = 2 gives most of the gain
-    k: int = 5  # paragraphs per retrieval (paper: top-5 Contriever-MSMARCO)
+    top_k: int = ITER_RETGEN_TOP_K  # paragraphs per retrieval
     prompt_style: PromptStyle = "chat"  # "paper" = 3-shot CoT (scores ~0 on SmolLM2), "chat" = short answer
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
             raise ValueError(f"iterations must be >= 1, got {self.iterations}")
-        if self.k < 1:
-            raise ValueError(f"k must be >= 1, got {self.k}")
+        if self.top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
         if self.prompt_style not in ("paper", "chat"):
             raise ValueError(f"prompt_style must be 'paper' or 'chat', got '{self.prompt_style}'")
 
 
-class Generator(Protocol):
-    """``generate(prompts) -> texts``, one output per prompt, in order."""
-
-    def generate(self, prompts: list[Prompt]) -> list[str]: ...
-
-
-class LMGenerator:
-    """Greedy generation on the engine's decoder (:func:`inference.core.generation.generate_texts`); one line each.
+class LMGenerator(generation.LMGenerator):
+    """The model-backed :class:`~inference.core.generation.Generator` as Iter-RetGen uses it: one line each.
 
     Stopping at the first newline suits both prompt styles: the paper demos put the whole chain of thought on
     one line, and the chat style asks for a short phrase.
@@ -55,34 +60,8 @@ class LMGenerator:
 
     def __init__(self, model, tokenizer, *, max_new_tokens: int = 64, batch_size: int = 16,
                  stop_at_newline: bool = True, show_progress: bool = False):
-        self.model, self.tokenizer = model, tokenizer
-        self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
-        self.stop_at_newline, self.show_progress = stop_at_newline, show_progress
-        self.generated_tokens = 0  # efficiency figures: total new tokens over all calls, and the forward
-        self.forward_passes = 0  # passes each prompt took part in, summed over prompts
-
-    @classmethod
-    def from_name(cls, name: str, *, dtype: str = "auto", device: str = "auto", **kwargs) -> LMGenerator:
-        from inference.core.models import ModelOptions, load_causal_lm
-
-        model, tokenizer = load_causal_lm(name, ModelOptions(dtype=dtype, device=device))  # type: ignore[arg-type]
-        return cls(model, tokenizer, **kwargs)
-
-    def render(self, prompt: Prompt) -> str:
-        from inference.core.generation import chat_prompt
-
-        return chat_prompt(self.tokenizer, prompt.user, prompt.system) if prompt.chat else prompt.user
-
-    def generate(self, prompts: list[Prompt]) -> list[str]:
-        from inference.core.generation import generate_texts
-
-        gens = generate_texts(self.model, self.tokenizer, [self.render(p) for p in prompts],
-                              max_new_tokens=self.max_new_tokens, batch_size=self.batch_size,
-                              show_progress=self.show_progress, stop_at_newline=self.stop_at_newline)
-        self.generated_tokens += sum(g.num_tokens for g in gens)
-        self.forward_passes += sum(g.forward_passes for g in gens)
-        return [g.text for g in gens]
-
+        super().__init__(model, tokenizer, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                         stop_at_newline=stop_at_newline, show_progress=show_progress)
 
 
 @dataclass
@@ -92,6 +71,12 @@ class IterationRecord:
     output: str  # y_t, the whole generation
     answer: str  # extracted from y_t
     metrics: dict[str, float]  # answer_recall, gold_recall (with gold passages), em, f1, precision, recall, acc
+    generated_tokens: int = 0  # new tokens of y_t
+    forward_passes: int = 0  # model calls y_t's prompt took part in
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"query": self.query, "doc_ids": list(self.doc_ids), "output": self.output, "answer": self.answer,
+                "metrics": dict(self.metrics)}
 
 
 @dataclass
@@ -108,12 +93,24 @@ class IterRetGenRecord:
         return self.iterations[-1].answer if self.iterations else ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "prediction": self.prediction}
+        return {"id": self.id, "question": self.question, "answers": list(self.answers),
+                "iterations": [it.to_dict() for it in self.iterations], "prediction": self.prediction}
+
+    def to_prediction(self, batch_mean_seconds: float) -> PredictionRecord:
+        """The evaluate command's record: y_T as the output, one retrieval per iteration, each iteration's scores,
+        and this question's own generated tokens and forward passes summed over its iterations."""
+        its = self.iterations
+        return PredictionRecord(
+            id=self.id, question=self.question, answers=list(self.answers), output=its[-1].output,
+            retrievals=[RetrievalRecord(round=t + 1, query=it.query, doc_ids=list(it.doc_ids))
+                        for t, it in enumerate(its)],
+            iterations=[IterationScore(it.answer, dict(it.metrics)) for it in its],
+            llm_forward_passes=sum(it.forward_passes for it in its),
+            generated_tokens=sum(it.generated_tokens for it in its), rounds=len(its),
+            batch_mean_seconds=batch_mean_seconds)
 
 
 def retrieval_metrics(hits: list[Hit], example: QAExample) -> dict[str, float]:
-    from retrieval_adapt.recall import answer_recall, gold_recall
-
     out = {"answer_recall": answer_recall(hits, example, len(hits))}
     if example.gold_passages:
         out["gold_recall"] = gold_recall(hits, example, len(hits))
@@ -131,7 +128,7 @@ class IterRetGen:
     def step(self, examples: list[QAExample], previous: list[str | None]) -> list[IterationRecord]:
         """One iteration for all ``examples``: one batched search, one batched generation."""
         queries = [join_query(ex.question, prev) for ex, prev in zip(examples, previous)]
-        hits = self.retriever.search(queries, self.config.k)
+        hits = self.retriever.search(queries, self.config.top_k)
         prompts = [build_prompt(self.config.prompt_style, ex.question, [h.passage for h in row])
                    for ex, row in zip(examples, hits)]
         outputs = self.generator.generate(prompts)
@@ -140,10 +137,11 @@ class IterRetGen:
         self.retrieval_calls += len(queries)
         self.llm_calls += len(prompts)
         out = []
-        for ex, query, row, text in zip(examples, queries, hits, outputs):
-            answer = extract_answer(text)
+        for ex, query, row, gen in zip(examples, queries, hits, outputs):
+            answer = extract_answer(gen.text)
             metrics = {**retrieval_metrics(row, ex), **score(answer, ex.answers, extract=False)}
-            out.append(IterationRecord(query, [h.passage.id for h in row], text, answer, metrics))
+            out.append(IterationRecord(query, [h.passage.id for h in row], gen.text, answer, metrics,
+                                       gen.num_tokens, gen.forward_passes))
         return out
 
     def run(self, examples: list[QAExample], *, show_progress: bool = False) -> list[IterRetGenRecord]:

@@ -8,14 +8,14 @@
   CoT scores 0 on SmolLM2, this style scores F1 ~0.15 with gold paragraphs).
 
 Building a prompt never loads a model: a :class:`Prompt` says whether the generator should wrap it in the
-tokenizer's chat template.
+tokenizer's chat template (:class:`inference.core.generation.Prompt`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
+from inference.core.generation import Prompt
 from inference.core.records import Passage
 
 PromptStyle = Literal["paper", "chat"]
@@ -33,15 +33,6 @@ PAPER_DEMOS: tuple[tuple[str, str], ...] = (
 )
 
 CHAT_INSTRUCTION = "Answer the question using the paragraphs above. Reply with a short phrase only."
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """Prompt text; ``chat=True`` asks the generator to wrap ``user`` (and ``system``) in the chat template."""
-
-    user: str
-    system: str | None = None
-    chat: bool = False
 
 
 def format_paragraphs(passages: list[Passage]) -> str:

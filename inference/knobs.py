@@ -50,12 +50,20 @@ METHOD_KNOB_RULES: dict[str, Callable[[dict], bool]] = {
 } | {knob: (lambda m, knob=knob: _plugin_reads(knob, m)) for knob in KNOB_OWNERS}
 READ_BY_EVERY_METHOD = frozenset({"trigger", "query"})  # a trigger or query set explicitly overrides the method's
 RETRIEVING_GATES = ("adapt-llm", "ar", "popularity")
+
+
+def _single_context(c: dict) -> bool:
+    """The gate's own context prompt runs: a retrieving gate without an inner method, or every path's answer."""
+    return c.get("gate_inner", "single") == "single" and (c["method"] in RETRIEVING_GATES
+                                                           or bool(c.get("gate_all_answers")))
+
+
 GATE_KNOB_RULES: dict[str, Callable[[dict], bool]] = {
     "gate_rule": lambda c: c["method"] == "adapt-llm",
     "ret_threshold": lambda c: c["method"] == "adapt-llm" and c["gate_rule"] == "threshold",
     "popularity_threshold": lambda c: c["method"] == "popularity",
     "gate_inner": lambda c: c["method"] in RETRIEVING_GATES,
-    "gate_max_passage_words": lambda c: c["method"] in RETRIEVING_GATES and c["gate_inner"] == "single",
+    "gate_max_passage_words": _single_context,
 }
 READ_BY_EVERY_GATE = frozenset({"gate_prompt_variant", "gate_max_new_tokens", "gate_all_answers"})
 METHOD_KNOBS = frozenset(f.name for f in dataclasses.fields(MethodConfig)) - {"method"}
@@ -81,7 +89,7 @@ def knob_applies(knob: str, cfg: dict[str, Any]) -> bool:
     if knob in GATE_KNOBS:
         rule = GATE_KNOB_RULES.get(knob)
         return cfg["method"] in GATE_METHODS and (rule is None or rule(cfg))
-    if knob == "top_k" and cfg["method"] in RETRIEVING_GATES and cfg.get("gate_inner", "single") == "single":
+    if knob == "top_k" and cfg["method"] in GATE_METHODS and _single_context(cfg):
         return True  # the passages of the gate's own context prompt
     if knob in METHOD_KNOBS:
         view = method_view(cfg)

@@ -104,11 +104,6 @@ PROFILES: dict[str, dict[str, object]] = {
 }
 
 
-def engine_methods() -> list[str]:
-    """Method names the dynamic-RAG engine runs (the gate's inner methods come from these and Iter-RetGen)."""
-    return [name for name, p in PRESETS.items() if p.runner == "engine"]
-
-
 @dataclass
 class SharedSettings:
     """Settings every method shares; each trigger and query former adds its own ``Knobs`` after these."""

@@ -1,9 +1,12 @@
 """PopQA's popularity policy with a threshold tuned on one slice of questions and every policy reported on another.
 
-    python -m inference.popularity_threshold runs/adapt_llm_squad/model/eval/records.jsonl --tune 0:700 --test 700:1000
+    python -m inference.popularity_threshold runs/adapt_llm_squad/model/eval/predictions.jsonl \
+        --tune 0:700 --test 700:1000
 
-Reads the ``records.jsonl`` of an ADAPT-LLM ``sweep`` evaluation (every question's parametric, NR and context
-answers, its ``p(<RET>)`` and popularity, in the evaluation file's order), so no answer is generated again. The
+Reads the ``predictions.jsonl`` of an ADAPT-LLM evaluation that generated every answer (the training job's, or
+``python -m inference.evaluate --method adapt-llm --gate_all_answers true``): every question's parametric, NR and
+context answers, its ``p(<RET>)`` and popularity, in the evaluation file's order, so no answer is generated again
+(the ``records.jsonl`` that training jobs wrote before reads too). The
 popularity policy retrieves when ``popularity < threshold``; the threshold is the one with the best accuracy on the
 tuning slice (ties: the lowest, i.e. the fewest retrievals). Prints NR / AR / ADAPT-LLM / popularity (tuned, and
 the paper's 707,000) on the test slice, and writes them as JSON with ``--json``.
@@ -21,22 +24,24 @@ from typing import Any
 
 from inference.adapt_gate import GateConfig, GateRecord, format_table, redecide, summarize
 from inference.core.config import OneLineArgumentParser
-from inference.core.records import DataError
+from inference.core.records import DataError, PredictionRecord
+from inference.gate_eval import gate_record
 
 PAPER_THRESHOLD = 707_000.0
 
 
 # What every record needs here: the three answers redecide() picks from, the popularity the threshold tunes on.
+# The question's id is "id" in predictions.jsonl, "question_id" in an older records.jsonl.
 REQUIRED_FIELDS: dict[str, tuple[type, ...]] = {
-    "question_id": (str, int), "question": (str,), "answers": (list,), "popularity": (int, float),
+    "id": (str, int), "question": (str,), "answers": (list,), "popularity": (int, float),
     "parametric_output": (str,), "closed_book_output": (str,), "context_output": (str,)}
 
 
 def read_records(path: str | Path) -> list[GateRecord]:
-    """The records of a sweep evaluation; a record lacking a field this tool needs is a :class:`DataError`
-    naming the file, the line and the field."""
+    """The records of an evaluation with every answer; a record lacking a field this tool needs is a
+    :class:`DataError` naming the file, the line and the field."""
     path = Path(path)
-    names = {f.name for f in fields(GateRecord)}
+    names = {f.name for f in fields(GateRecord)} - {"inner", "inner_method"}
     data = path.read_bytes()
     try:
         text = data.decode("utf-8")
@@ -53,7 +58,10 @@ def read_records(path: str | Path) -> list[GateRecord]:
         except json.JSONDecodeError as err:
             raise DataError(f"not JSON ({err.msg}, column {err.colno})", source=where) from None
         check_record(row, where)
-        records.append(GateRecord(**{k: v for k, v in row.items() if k in names}))
+        if "question_id" in row:  # records.jsonl, as training jobs wrote it before
+            records.append(GateRecord(**{k: v for k, v in row.items() if k in names}))
+        else:
+            records.append(gate_record(PredictionRecord.from_dict(row, source=where)))
     if not records:
         raise DataError("no records", source=str(path))
     return records
@@ -63,9 +71,11 @@ def check_record(row: Any, where: str) -> None:
     if not isinstance(row, dict):
         raise DataError(f"expected a JSON object, got {type(row).__name__}", source=where)
     for key, types in REQUIRED_FIELDS.items():
+        key = "question_id" if key == "id" and "question_id" in row else key
         value = row.get(key)
         if value is None:
-            raise DataError("missing (this tool reads the records.jsonl of an ADAPT-LLM 'sweep' evaluation)",
+            raise DataError("missing (this tool reads the predictions.jsonl of an ADAPT-LLM evaluation with every "
+                            "answer: the training job's, or evaluate's with --gate_all_answers true)",
                             source=where, field=key)
         if not isinstance(value, types) or isinstance(value, bool):
             raise DataError(f"expected {' or '.join(t.__name__ for t in types)}, got {type(value).__name__}",
@@ -127,7 +137,8 @@ def _slice(text: str) -> slice:
 def main(argv: list[str] | None = None) -> None:
     parser = OneLineArgumentParser(prog="python -m inference.popularity_threshold",
                                    description=__doc__.splitlines()[0])
-    parser.add_argument("records", help="records.jsonl of an ADAPT-LLM sweep evaluation")
+    parser.add_argument("records", help="predictions.jsonl of an ADAPT-LLM evaluation with every answer (or the "
+                                        "records.jsonl of an older training job)")
     parser.add_argument("--tune", type=_slice, default=slice(0, 700), help="START:STOP of the tuning slice")
     parser.add_argument("--test", type=_slice, default=slice(700, 1000), help="START:STOP of the reported slice")
     parser.add_argument("--gate_rule", choices=["token", "threshold"], default="token")

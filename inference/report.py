@@ -5,7 +5,8 @@
 
 Each RUN_DIR is searched recursively for: evaluation folders (``config.yaml`` with ``metrics.json`` or
 ``predictions.jsonl``, as ``python -m inference.evaluate`` writes them, one per point of a sweep), ADAPT-LLM
-evaluations (``summary.json`` + ``records.jsonl`` of ``training/adapt_llm.py``) and distillation logs
+evaluations of ``training/adapt_llm.py`` (an evaluation folder with ``summary.json``: its NR / AR / ADAPT-LLM rows;
+before, ``summary.json`` + ``records.jsonl``) and distillation logs
 (``metrics.jsonl`` of ``retrieval_adapt/distill.py``). ``--out`` gets ``results.md``, ``results.csv``, a PNG per
 figure that has data (``frontier.png``: quality against retrievals per question; ``iterations.png``:
 Iter-RetGen per iteration; ``gate_thresholds.png``: the gate against its thresholds; ``distillation.png``: loss
@@ -29,8 +30,10 @@ from typing import Any
 
 import yaml
 
+from inference.adapt_gate import GateConfig, redecide, summarize
 from inference.core.config import ConfigError, parse_config, run_cli
-from inference.core.records import DataError
+from inference.core.records import DataError, PredictionRecord
+from inference.core.scoring import summarise
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +65,8 @@ class EvalRun:
         inner = self.config.get("gate_inner", "single")
         return f"{method} ({inner})" if method in ("adapt-llm", "ar", "popularity") and inner != "single" else method
 
-    def records(self) -> list[dict[str, Any]]:
-        return read_jsonl(sorted(self.folder.glob("predictions*.jsonl")))
+    def records(self) -> list[PredictionRecord]:
+        return read_predictions(self.folder)
 
 
 @dataclass
@@ -73,6 +76,12 @@ class GateEval:
     name: str
     folder: Path
     summary: dict[str, Any]
+
+    @property
+    def records_file(self) -> Path:
+        """Every question's answers: predictions.jsonl, or records.jsonl in a folder written before."""
+        new = self.folder / "predictions.jsonl"
+        return new if new.is_file() else self.folder / "records.jsonl"
 
 
 @dataclass
@@ -101,6 +110,11 @@ def read_jsonl(paths: list[Path]) -> list[dict[str, Any]]:
     return rows
 
 
+def read_predictions(folder: Path) -> list[PredictionRecord]:
+    """The prediction records of an evaluation folder (every process's file); a torn line is skipped."""
+    return [PredictionRecord.from_dict(r) for r in read_jsonl(sorted(folder.glob("predictions*.jsonl")))]
+
+
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -118,10 +132,7 @@ def load_eval_run(folder: Path, name: str) -> EvalRun:
     if (folder / "metrics.json").is_file():
         metrics = _read_json(folder / "metrics.json")
     else:  # an interrupted run: score what it has
-        from inference.core.scoring import summarise
-
-        metrics = summarise(read_jsonl(sorted(folder.glob("predictions*.jsonl"))),
-                            normalisation=config.get("answer_normalisation", "official"))
+        metrics = summarise(read_predictions(folder), normalisation=config.get("answer_normalisation", "official"))
         name += " (unfinished)"
     return EvalRun(name, folder, config, metrics)
 
@@ -139,11 +150,13 @@ def find_runs(paths: list[str]) -> Runs:
             seen.add(folder.resolve())
             rel = folder.relative_to(root).as_posix()
             name = root.resolve().name + ("" if rel == "." else f"/{rel}")
-            if (folder / "config.yaml").is_file() and ((folder / "metrics.json").is_file()
-                                                       or any(folder.glob("predictions*.jsonl"))):
-                runs.evals.append(load_eval_run(folder, name))
-            if (folder / "summary.json").is_file() and (folder / "records.jsonl").is_file():
+            if (folder / "summary.json").is_file() and ((folder / "records.jsonl").is_file()
+                                                        or (folder / "predictions.jsonl").is_file()):
+                # the training job's evaluation: its rows are NR / AR / ADAPT-LLM from summary.json
                 runs.gates.append(GateEval(name, folder, _read_json(folder / "summary.json")))
+            elif (folder / "config.yaml").is_file() and ((folder / "metrics.json").is_file()
+                                                         or any(folder.glob("predictions*.jsonl"))):
+                runs.evals.append(load_eval_run(folder, name))
             if (folder / "metrics.jsonl").is_file():
                 runs.distills.append(DistillLog(name, folder, read_jsonl([folder / "metrics.jsonl"])))
     if not (runs.evals or runs.gates or runs.distills):
@@ -237,7 +250,7 @@ def gate_series(runs: Runs) -> tuple[dict[str, list[dict]], dict[str, list[dict]
     for g in runs.gates:
         ret[g.name] = [{"threshold": r["threshold"], "accuracy": r["accuracy"],
                         "retrieval_share": r["retrieval_share"]} for r in g.summary.get("sweep", [])]
-        pop[g.name] = popularity_curve(g.folder / "records.jsonl")
+        pop[g.name] = popularity_curve(g.records_file)
     for r in runs.evals:
         c, m = r.config, r.metrics
         if m.get("retrieval_share") is None:
@@ -253,10 +266,10 @@ def gate_series(runs: Runs) -> tuple[dict[str, list[dict]], dict[str, list[dict]
 
 def popularity_curve(path: Path, points: int = 40) -> list[dict]:
     """The popularity policy re-decided at up to ``points`` thresholds from a gate evaluation's records (every
-    question's closed-book and context answers are there); empty when the records carry no popularity."""
+    question's closed-book and context answers are there: ``predictions.jsonl``, or an older ``records.jsonl``);
+    empty when the records carry no popularity."""
     from dataclasses import replace
 
-    from inference.adapt_gate import GateConfig, redecide, summarize
     from inference.popularity_threshold import read_records
 
     rows = read_jsonl([path])

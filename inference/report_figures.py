@@ -15,6 +15,8 @@ import matplotlib
 matplotlib.use("Agg")  # before pyplot: files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 
+from inference.core.records import PredictionRecord  # noqa: E402
+
 ITERATION_METRICS = ("em", "f1", "acc", "answer_recall", "gold_recall")
 
 
@@ -76,15 +78,15 @@ def frontier(runs: Sequence[Any], path: Path) -> bool:
     return _save(fig, path)
 
 
-def iteration_curve(records: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
+def iteration_curve(records: Sequence[PredictionRecord]) -> dict[str, list[float]]:
     """Mean of each metric at iteration t = 1..T over the records that reached t (Iter-RetGen's ``iterations``)."""
-    depth = max((len(r.get("iterations") or []) for r in records), default=0)
+    depth = max((len(r.iterations or []) for r in records), default=0)
     curve: dict[str, list[float]] = {}
     for metric in ITERATION_METRICS:
         means = []
         for t in range(depth):
-            vals = [r["iterations"][t][metric] for r in records
-                    if len(r.get("iterations") or []) > t and r["iterations"][t].get(metric) is not None]
+            vals = [r.iterations[t].metrics[metric] for r in records
+                    if len(r.iterations or []) > t and r.iterations[t].metrics.get(metric) is not None]
             means.append(sum(vals) / len(vals) if vals else math.nan)
         if means and not all(math.isnan(m) for m in means):
             curve[metric] = means

@@ -15,7 +15,6 @@ heads, and QFS from the attention rows of the positions before the hit words, av
 from __future__ import annotations
 
 import importlib.util
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -141,14 +140,6 @@ def renormalise_like_reference(scores: list[WordScore], sentence_of_word: list[i
             att = scores[i].attention / total * len(members) if total > 0 else 0.0
             out[i] = WordScore(scores[i].word, scores[i].tokens, scores[i].entropy, att, scores[i].content)
     return out
-
-
-def first_above(scores: list[WordScore], theta: float) -> int | None:
-    """Index of the first word whose RIND score exceeds θ, or None."""
-    for i, s in enumerate(scores):
-        if s.score > theta and not math.isnan(s.score):
-            return i
-    return None
 
 
 def qfs_query(row: torch.Tensor, pieces: list[str], eligible: list[bool], top_n: int) -> str:

@@ -30,8 +30,12 @@ from typing import Any
 
 import yaml
 
-from inference.core.config import ConfigError, config_dict
+from data_builders.question_sets import WorldOptions, load_questions
+from inference.core.config import ConfigError, config_dict, refuse_renamed
+from inference.core.question_set import QuestionSet
+from inference.eval_folder import read_done
 from inference.knobs import knob_applies
+from inference.report import write_summary
 
 # Settings that do not change a finished folder's results.
 NOT_RESULTS = frozenset({"output_dir", "show_progress", "chunk_size", "device"})
@@ -173,14 +177,7 @@ MARKER = "sweep_point.json"  # what the sweep asked of a folder whose evaluation
 
 
 def _done_ids(folder: Path) -> set[str]:
-    ids = set()
-    for path in folder.glob("predictions*.jsonl"):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                ids.add(json.loads(line)["id"])
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue  # a torn line: that question is not done
-    return ids
+    return set(read_done(folder))  # a torn last line is cut: that question is not done
 
 
 def _settings(values: dict[str, Any]) -> dict[str, Any]:
@@ -210,10 +207,10 @@ def is_finished(folder: Path, values: dict[str, Any], question_ids: Sequence[str
 
 def dataset_ids(values: dict[str, Any]) -> list[str]:
     """The question ids a point evaluates (cheap: no model)."""
-    from inference.eval_data import load_examples
-
-    examples = load_examples(values["dataset"], fmt=values.get("dataset_format"), start=values.get("start", 0),
-                             limit=values.get("limit"), world_seed=values.get("world_seed", 0))
+    qs = QuestionSet(values["dataset"], values.get("split"), values.get("start", 0), values.get("limit"),
+                     values.get("shuffle_seed"))
+    world = WorldOptions(seed=values.get("world_seed", 0))
+    examples = load_questions(qs, fmt=values.get("dataset_format"), world=world)
     return [e.id for e in examples]
 
 
@@ -255,16 +252,17 @@ def main(argv: list[str] | None, types: Sequence[type], evaluate: Callable[..., 
     """The sweep behind ``python -m inference.evaluate RECIPE.yaml [--field value ...]``."""
     from accelerate import PartialState
 
-    from inference.report import write_summary
 
     argv = list(sys.argv[1:] if argv is None else argv)
     path, rest = argv[0], argv[1:]
     recipe, grid = load_recipe(path)
+    refuse_renamed(tuple(types), [*recipe, *grid], where=f"{path}: ")
+    flags = {a[2:].split("=", 1)[0] for a in rest if a.startswith("--")}
+    refuse_renamed(tuple(types), [f.replace("-", "_") for f in flags], flag="--")
     known = {f.name for cls in types for f in dataclasses.fields(cls)}
     unknown = sorted(set(recipe) - known)
     if unknown:
         raise ConfigError(f"{path}: unknown field(s) {', '.join(unknown)}; known fields: {', '.join(sorted(known))}")
-    flags = {a[2:].split("=", 1)[0] for a in rest if a.startswith("--")}
     check_grid(grid, set(recipe) | flags, types, path)
     settings = settings_from(types, recipe, rest, prog)
     if not settings.get("output_dir"):  # evaluate's own default names one run; a sweep gets a folder of its own

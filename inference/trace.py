@@ -15,12 +15,14 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from inference.core.config import ConfigError, parse_config, run_cli
-from inference.engine import EngineConfig
+from inference.core.models import load_causal_lm
+from inference.core.records import PredictionRecord, QAExample
+from inference.engine import DynamicRAGEngine, EngineConfig
+from inference.eval_data import load_eval_retriever, question_at
 from inference.methods import MethodConfig
-from inference.prompts import PromptConfig
+from inference.prompts import PromptBuilder, PromptConfig
 
 
 @dataclass
@@ -41,11 +43,11 @@ def _colour(score: float, theta: float) -> str:
     return f"rgba(220, 40, 40, {0.08 + 0.8 * level:.2f})"
 
 
-def render(record: dict[str, Any]) -> str:
-    parts = [f"<h2>{html.escape(record['question'])}</h2>",
-             f"<p>gold: {html.escape(' | '.join(record['answers']))}<br>output: <b>"
-             f"{html.escape(record.get('output') or '')}</b></p>"]
-    for rnd in record.get("signals", []):
+def render(record: PredictionRecord) -> str:
+    parts = [f"<h2>{html.escape(record.question)}</h2>",
+             f"<p>gold: {html.escape(' | '.join(record.answers))}<br>output: <b>"
+             f"{html.escape(record.output)}</b></p>"]
+    for rnd in record.signals:
         theta, trig = rnd["theta"], rnd.get("trigger")
         docs = ", ".join(html.escape(d["title"] or d["id"]) for d in rnd["docs"]) or "none"
         parts.append(f"<h3>round {rnd['round']}</h3><p class=docs>documents in the prompt: {docs}</p><p>")
@@ -67,21 +69,17 @@ def render(record: dict[str, Any]) -> str:
     return f"<!doctype html><meta charset=utf-8><title>RIND trace</title><style>{style}</style>" + "".join(parts)
 
 
-def trace_record(cfg: TraceConfig, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig) -> dict:
+def trace_record(cfg: TraceConfig, method: MethodConfig, prompt: PromptConfig,
+                 engine: EngineConfig) -> PredictionRecord:
     if cfg.predictions:
         for line in Path(cfg.predictions).read_text(encoding="utf-8").splitlines():
             rec = json.loads(line)
             if rec["id"] == cfg.question_id:
-                if "signals" not in rec:
+                record = PredictionRecord.from_dict(rec, source=cfg.predictions)
+                if not record.signals:
                     raise ConfigError("this record has no signals: evaluate with --keep_signals true")
-                return rec
+                return record
         raise ConfigError(f"question id {cfg.question_id} not in {cfg.predictions}")
-    from inference.core.models import load_causal_lm
-    from inference.core.records import QAExample
-    from inference.engine import DynamicRAGEngine
-    from inference.eval_data import load_eval_retriever, question_at
-    from inference.prompts import PromptBuilder
-
     if cfg.question:
         example = QAExample("trace", cfg.question, ["?"])
     else:
@@ -99,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     record = trace_record(cfg, method, prompt, engine)
     Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
     Path(cfg.out).write_text(render(record), encoding="utf-8")
-    print(f"{len(record.get('retrievals', []))} retrievals; trace written to {cfg.out}")
+    print(f"{len(record.retrievals)} retrievals; trace written to {cfg.out}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from inference.core.records import DataError, Passage
 from inference.core.retriever import Hit
 from retrieval_adapt.corpus_store import damaged, index_writer, load_meta, load_passages, save_store
 
-logger = logging.getLogger(__name__)
 # bm25s sets its own logger to DEBUG on import, so "Building index from tokens" reached every log handler.
 logging.getLogger("bm25s").setLevel(logging.WARNING)
 
@@ -95,9 +94,4 @@ class BM25Retriever:
         if n_docs != len(passages):
             raise damaged(index_dir, f"bm25/ indexes {n_docs} documents for {len(passages)} passages")
         return cls(index, passages, stemmer_language=meta.get("stemmer_language"))
-
-
-def top_ids(hits: list[list[Hit]]) -> list[list[str]]:
-    """Passage ids per query, best first (handy for recall computations and logs)."""
-    return [[h.passage.id for h in row] for row in hits]
 

@@ -17,11 +17,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from data_builders.readers import read_corpus
+from data_builders.world import WorldConfig, build_world
 from inference.core.config import parse_config, run_cli, save_config
 from inference.core.records import DataError
+from retrieval_adapt.bm25 import BM25Retriever
 from retrieval_adapt.corpus_store import index_writer
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,11 +44,7 @@ class IndexConfig:
 
 def load_corpus(cfg: IndexConfig):
     if cfg.corpus == "world":
-        from data_builders.world import WorldConfig, build_world
-
         return build_world(WorldConfig(seed=cfg.world_seed)).passages
-    from data_builders.readers import read_corpus
-
     return read_corpus(cfg.corpus, format=cfg.corpus_format)
 
 
@@ -60,10 +57,9 @@ def build(cfg: IndexConfig):
     start = time.perf_counter()
     with index_writer(cfg.out) as tmp:
         if cfg.kind == "bm25":
-            from retrieval_adapt.bm25 import BM25Retriever
-
             retriever = BM25Retriever.build(passages)
         else:
+            # lazy: they import torch and faiss (~3.5 s), which a BM25 build and --help never need
             from retrieval_adapt.dense import DenseRetriever, FaissOptions
             from retrieval_adapt.encoders import MeanPoolingEncoder
 

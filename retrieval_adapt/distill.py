@@ -27,13 +27,16 @@ from typing import Literal
 
 import torch
 
-from inference.core.cards import push_to_hub
+from inference.core.cards import check_repo_id, push_to_hub
+from inference.core.config import config_dict, save_config
+from inference.core.models import hub_offline
 from inference.core.progress import bar_options, library_bars_quiet
 from inference.core.record_log import FolderLock, check_same_settings
 from retrieval_adapt import distill_checkpoints as ckpt
-from retrieval_adapt.distill_card import hub_offline, write_encoder_card_of
+from retrieval_adapt.distill_card import write_encoder_card_of
 from retrieval_adapt.distill_checkpoints import GracefulStop, MetricsLog, TrainerState
 from retrieval_adapt.distill_data import DistillBatch, load_distill_data, make_loader
+from retrieval_adapt.losses import KLDistillationLoss
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +97,6 @@ class DistillConfig:
             raise ValueError(f"exclude_answers must be strings, got {self.exclude_answers!r}; YAML reads bare "
                              "yes/no/true/false as booleans: quote them, e.g. ['yes', 'no']")
         if self.push_to_hub is not None:
-            from inference.core.cards import check_repo_id
-
             check_repo_id(self.push_to_hub)
 
 
@@ -143,8 +144,6 @@ def _eval_and_keep_best(loss_fn, val_loader, embeddings, accelerator, state: Tra
 
 def _setup(cfg: DistillConfig, accelerator):
     from transformers import get_scheduler
-
-    from retrieval_adapt.losses import KLDistillationLoss
 
     data = load_distill_data(cfg.data_dir, cfg.index_dir, device=str(accelerator.device),
                              exclude_answers=cfg.exclude_answers)
@@ -207,8 +206,6 @@ def train(cfg: DistillConfig, accelerator=None) -> dict:
 def _train(cfg: DistillConfig, accelerator, out: Path) -> dict:
     from accelerate.utils import set_seed
     from tqdm.auto import tqdm
-
-    from inference.core.config import config_dict, save_config
 
     set_seed(cfg.seed)
     out.mkdir(parents=True, exist_ok=True)

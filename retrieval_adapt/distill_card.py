@@ -7,12 +7,12 @@ step 0) validation loss, the steps done, the data's hashes from ``data_dir/stats
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inference.core.cards import write_encoder_card
+from inference.core.record_log import RecordLog
 from retrieval_adapt import distill_checkpoints as ckpt
 
 if TYPE_CHECKING:
@@ -20,20 +20,9 @@ if TYPE_CHECKING:
     from retrieval_adapt.distill_checkpoints import TrainerState
 
 
-def hub_offline() -> bool:
-    from huggingface_hub import constants
-
-    return bool(constants.HF_HUB_OFFLINE)
-
-
 def read_records(path: Path) -> list[dict]:
-    """``metrics.jsonl`` as records (a torn last line, from a kill mid-write, is skipped)."""
-    records = []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            with contextlib.suppress(ValueError):
-                records.append(json.loads(line))
-    return records
+    """``metrics.jsonl`` as records (the job writing it reads it: a torn last line, from a kill mid-write, is cut)."""
+    return RecordLog(path, key=None).read()
 
 
 def run_metrics(cfg: DistillConfig, out: Path, state: TrainerState, processes: int) -> dict:

@@ -151,33 +151,21 @@ def read_best(out: Path) -> tuple[float, int] | None:
 
 
 class MetricsLog:
-    """``metrics.jsonl``: appended per record; :meth:`keep_until` drops what a resumed run will log again."""
+    """``metrics.jsonl`` (a :class:`RecordLog` of every record, not keyed: a step can log a training record and an
+    evaluation): appended per record; :meth:`keep_until` drops what a resumed run will log again."""
 
     def __init__(self, path: Path):
         self.path = path
+        self.log = RecordLog(path, key=None)
 
     def keep_until(self, step: int) -> None:
         """Keep the records of steps <= ``step`` (a torn last line, from a kill mid-write, goes too)."""
-        if not self.path.is_file():
-            return
-        RecordLog(self.path, key="step").repair()
-        lines = self.path.read_bytes().splitlines(keepends=True)
-        kept = [line for line in lines if (s := _step_of(line)) is not None and s <= step]
-        if len(kept) != len(lines):
-            logger.info("%s: dropping %d records of steps after %d (they are redone)", self.path,
-                        len(lines) - len(kept), step)
-            write_text_atomic(self.path, b"".join(kept).decode("utf-8"))
+        dropped = self.log.keep(lambda rec: isinstance(rec.get("step"), int) and rec["step"] <= step)
+        if dropped:
+            logger.info("%s: dropping %d records of steps after %d (they are redone)", self.path, dropped, step)
 
     def append(self, record: dict) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-
-
-def _step_of(line: bytes) -> int | None:
-    try:
-        return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
-        return None
+        self.log.append([record])
 
 
 class GracefulStop:

@@ -10,7 +10,10 @@ from typing import Literal
 
 import torch
 
+from inference.core.metrics import normalize_answer
 from inference.core.records import DataError
+from inference.core.retriever import join_query
+from retrieval_adapt.dense import DenseRetriever
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +37,6 @@ class DistillData:
 
 def query_text(row: dict, query_input: QueryInput) -> str:
     """The retriever's input: q, or y1 joined to q the way Iter-RetGen's later iterations query."""
-    from inference.core.retriever import join_query
-
     return row["question"] if query_input == "question" else join_query(row["question"], row["y1"])
 
 
@@ -72,8 +73,6 @@ def check_positions(dataset, passages, where: str) -> None:
 
 def without_answers(dataset, answers: list[str]):
     """``dataset`` less the questions whose every gold answer normalises to one of ``answers``."""
-    from inference.core.metrics import normalize_answer
-
     drop = {normalize_answer(a) for a in answers}
     if not drop:
         return dataset
@@ -87,8 +86,6 @@ def without_answers(dataset, answers: list[str]):
 def load_distill_data(data_dir: str | Path, index_dir: str | Path, *, device: str = "auto",
                       exclude_answers: list[str] | None = None) -> DistillData:
     from datasets import load_from_disk
-
-    from retrieval_adapt.dense import DenseRetriever
 
     path = Path(data_dir) / "dataset"
     if not path.is_dir():

@@ -16,13 +16,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from data_builders.question_sets import QuestionsConfig, load_questions
 from inference.core.config import parse_config, run_cli, save_config
+from inference.iter_retgen import IterRetGen, IterRetGenConfig, LMGenerator, iteration_curve
 from inference.iter_retgen_prompts import PromptStyle
-
-logger = logging.getLogger(__name__)
+from retrieval_adapt.dense import DenseRetriever
+from retrieval_adapt.recall import recall_table
 
 CURVE_KEYS = ("answer_recall", "gold_recall", "em", "f1", "acc")
 
@@ -40,10 +41,12 @@ class EvaluateAdaptedConfig:
     generator: str = "smollm2-135m"
     prompt_style: PromptStyle = "chat"
     iterations: int = 3  # one T=3 run gives the T=1, 2, 3 numbers (greedy, deterministic)
-    k: int = 5
+    top_k: int = 5  # paragraphs retrieved per iteration (paper: 5)
     max_new_tokens: int = 32
     gen_batch_size: int = 16
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+
+    RENAMED: ClassVar[dict[str, str]] = {"k": "top_k (paragraphs retrieved per iteration)"}
 
     def __post_init__(self) -> None:
         if not self.recall_ks or min(self.recall_ks) < 1:
@@ -51,13 +54,11 @@ class EvaluateAdaptedConfig:
         unknown = set(self.iter_retgen_retrievers) - {"base", "adapted"}
         if unknown:
             raise ValueError(f"iter_retgen_retrievers: unknown {sorted(unknown)} (base, adapted)")
-        if self.iterations < 1 or self.k < 1:
-            raise ValueError(f"iterations and k must be >= 1, got {self.iterations}, {self.k}")
+        if self.iterations < 1 or self.top_k < 1:
+            raise ValueError(f"iterations and top_k must be >= 1, got {self.iterations}, {self.top_k}")
 
 
 def load_retrievers(cfg: EvaluateAdaptedConfig) -> dict:
-    from retrieval_adapt.dense import DenseRetriever
-
     out = {"base": DenseRetriever.load(cfg.index_dir)}
     if cfg.query_encoder:
         out["adapted"] = DenseRetriever.load(cfg.index_dir, query_encoder=cfg.query_encoder)
@@ -66,11 +67,9 @@ def load_retrievers(cfg: EvaluateAdaptedConfig) -> dict:
 
 def run_iter_retgen(retrievers: dict, examples, cfg: EvaluateAdaptedConfig, out: Path, generator=None) -> dict:
     """Iter-RetGen with every retriever (one generator, loaded once); records saved per retriever."""
-    from inference.iter_retgen import IterRetGen, IterRetGenConfig, LMGenerator, iteration_curve
-
     generator = generator or LMGenerator.from_name(cfg.generator, dtype=cfg.dtype, max_new_tokens=cfg.max_new_tokens,
                                                    batch_size=cfg.gen_batch_size, show_progress=True)
-    loop_cfg = IterRetGenConfig(iterations=cfg.iterations, k=cfg.k, prompt_style=cfg.prompt_style)
+    loop_cfg = IterRetGenConfig(iterations=cfg.iterations, top_k=cfg.top_k, prompt_style=cfg.prompt_style)
     curves, timing = {}, {}
     for name, retriever in retrievers.items():
         start = time.perf_counter()
@@ -94,7 +93,7 @@ def markdown_report(report: dict) -> str:
     lines += ["| retriever | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
     lines += [f"| {name} | " + " | ".join(_fmt(row[k]) for k in keys) + " |" for name, row in recall.items()]
     if "iter_retgen" in report:
-        lines += ["", f"## Iter-RetGen (k={report['k']}, n={report['n_iter_retgen']}; answer recall and gold "
+        lines += ["", f"## Iter-RetGen (top_k={report['top_k']}, n={report['n_iter_retgen']}; answer recall and gold "
                       "recall of the retrieved set, EM/F1/contained accuracy of y_T)", ""]
         lines += ["| retriever | T | " + " | ".join(CURVE_KEYS) + " |", "|---" * (len(CURVE_KEYS) + 2) + "|"]
         for name, curve in report["iter_retgen"]["curves"].items():
@@ -106,15 +105,13 @@ def markdown_report(report: dict) -> str:
 
 def evaluate(qcfg: QuestionsConfig, cfg: EvaluateAdaptedConfig, *, retrievers: dict | None = None,
              generator=None) -> dict:
-    from retrieval_adapt.recall import recall_table
-
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     save_config(out / "config.yaml", qcfg, cfg)
-    examples = load_questions(qcfg)
+    examples = load_questions(qcfg.question_set(), fmt=qcfg.dataset_format, world=qcfg.world())
     retrievers = retrievers or load_retrievers(cfg)
     start = time.perf_counter()
-    report: dict = {"n_questions": len(examples), "k": cfg.k,
+    report: dict = {"n_questions": len(examples), "top_k": cfg.top_k,
                     "recall": {name: recall_table(r, examples, tuple(cfg.recall_ks)) for name, r in retrievers.items()}}
     if cfg.run_iter_retgen:
         subset = examples[: cfg.iter_retgen_limit] if cfg.iter_retgen_limit else examples

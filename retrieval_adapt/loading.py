@@ -6,6 +6,7 @@ from pathlib import Path
 
 from inference.core.config import ConfigError
 from inference.core.retriever import Retriever
+from retrieval_adapt.bm25 import BM25Retriever
 from retrieval_adapt.corpus_store import damaged, load_meta
 
 
@@ -17,10 +18,10 @@ def load_retriever(index_dir: str | Path, *, query_encoder: str | None = None, d
     if kind == "bm25":
         if query_encoder:
             raise ConfigError(f"query_encoder applies to dense indexes only; {index_dir} holds a BM25 index")
-        from retrieval_adapt.bm25 import BM25Retriever
-
         return BM25Retriever.load(index_dir)
     if kind == "dense":
+        # lazy: retrieval_adapt.dense imports torch and faiss (~3.5 s), which a BM25 index never needs
+        # (`python -m retrieval_adapt.search` over a BM25 index stays under a second)
         from retrieval_adapt.dense import DenseRetriever
 
         return DenseRetriever.load(index_dir, query_encoder=query_encoder, device=device)

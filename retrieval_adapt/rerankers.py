@@ -21,6 +21,8 @@ from typing import Literal
 import torch
 from tqdm.auto import tqdm
 
+from inference.core.generation import Prompt, render_prompt
+from inference.core.models import ModelOptions, load_causal_lm, resolve_device, resolve_model
 from inference.core.progress import bar_options
 from inference.core.records import Passage
 
@@ -82,8 +84,6 @@ class CrossEncoderReranker(Reranker):
     def from_name(cls, name: str, **kwargs) -> CrossEncoderReranker:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from inference.core.models import resolve_device, resolve_model
-
         path = resolve_model(name)
         model = AutoModelForSequenceClassification.from_pretrained(path).to(resolve_device("auto"))
         return cls(model, AutoTokenizer.from_pretrained(path), **kwargs)
@@ -138,8 +138,6 @@ class LLMReranker(Reranker):
         self.batch_size, self.max_passage_chars, self.show_progress = batch_size, max_passage_chars, show_progress
 
     def prompt(self, item: RerankItem, passage: Passage) -> str:
-        from inference.core.generation import chat_prompt
-
         text = passage.text[: self.max_passage_chars]
         lines = [f"Paragraph: {passage.title}: {text}" if passage.title else f"Paragraph: {text}",
                  f"Question: {item.question}"]
@@ -149,7 +147,7 @@ class LLMReranker(Reranker):
             lines.append("Does the paragraph contain information needed to answer the question? Answer Yes or No.")
         user = "\n".join(lines)
         if self.use_chat_template:
-            return chat_prompt(self.tokenizer, user, SYSTEM)
+            return render_prompt(self.tokenizer, Prompt(user, SYSTEM, chat=True))
         return user + ("\nAnswer:" if self.mode == "answer_logprob" else "\nReply:")
 
     def target(self, item: RerankItem) -> str:
@@ -202,8 +200,6 @@ def build_reranker(kind: Literal["llm", "cross_encoder"], model_name: str, *, mo
         return CrossEncoderReranker.from_name(model_name, use_y1=use_y1, batch_size=batch_size,
                                               show_progress=show_progress)
     if kind == "llm":
-        from inference.core.models import ModelOptions, load_causal_lm
-
         model, tokenizer = load_causal_lm(model_name, ModelOptions(dtype=dtype))  # type: ignore[arg-type]
         return LLMReranker(model, tokenizer, mode=mode, use_y1=use_y1, batch_size=batch_size,
                            show_progress=show_progress)

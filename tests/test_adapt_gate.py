@@ -46,7 +46,7 @@ class StubGenerator:
     def __init__(self):
         self.prompts: list[str] = []
 
-    def __call__(self, prompts):
+    def generate(self, prompts):
         self.prompts += prompts
         out = []
         for p in prompts:
@@ -77,7 +77,7 @@ def _by_id(records):
 
 
 def test_adapt_token_rule_retrieves_on_ret_only():
-    gate, gen, ret = _gate(k=2)
+    gate, gen, ret = _gate(top_k=2)
     recs = _by_id(gate.run(_examples(), "adapt_llm"))
     assert [q for q, r in recs.items() if r.retrieved] == ["b", "d"]
     assert ret.queries == ["Question b?", "Question d?"]  # retrieval queries with the question
@@ -180,7 +180,7 @@ def test_end_to_end_real_smollm2(tmp_path, capsys):
     spec.loader.exec_module(script)
     config = tmp_path / "e2e.yaml"
     config.write_text(yaml.safe_dump({
-        "data_dir": str(tmp_path / "data"), "source": "world", "source_limit": 6, "world_common_fraction": 0.5,
+        "data_dir": str(tmp_path / "data"), "dataset": "world-adapt-train", "limit": 6, "world_common_fraction": 0.5,
         "closed_book_max_new_tokens": 8, "closed_book_batch_size": 6, "validation_fraction": 0.0,
         "max_passage_words": 40, "output_dir": str(tmp_path / "model"), "micro_batch_size": 4,
         "effective_batch_size": 4, "max_steps": 1, "max_length": 192, "warmup_steps": 0, "eval_steps": None,
@@ -191,7 +191,8 @@ def test_end_to_end_real_smollm2(tmp_path, capsys):
     stats = json.loads((tmp_path / "data" / "stats.json").read_text())
     assert stats["questions"] == 6 and stats["base_model"] == "smollm2-135m"
     assert stats["instances"] == stats["correct"] + stats["ret_instances"] + stats["context_instances"]
-    records = [json.loads(line) for line in (tmp_path / "model" / "eval" / "records.jsonl").read_text().splitlines()]
+    lines = (tmp_path / "model" / "eval" / "predictions.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
     assert len(records) == 4 and all(0.0 <= r["p_ret"] <= 1.0 for r in records)
     assert all(r["context_output"] is not None and r["closed_book_output"] is not None for r in records)
     assert "ADAPT-LLM (token)" in capsys.readouterr().out

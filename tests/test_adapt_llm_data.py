@@ -48,7 +48,9 @@ def _write_source(tmp_path: Path, examples: list[QAExample]) -> Path:
 
 
 def _cfg(tmp_path: Path, source: Path, **kw) -> AdaptDataConfig:
-    return AdaptDataConfig(data_dir=str(tmp_path / "data"), source=str(source), closed_book_batch_size=2, **kw)
+    """Algorithm 1 over a QA file, in file order unless ``shuffle_seed`` is given."""
+    kw = {"shuffle_seed": None, "closed_book_batch_size": 2, **kw}
+    return AdaptDataConfig(data_dir=str(tmp_path / "data"), dataset=str(source), **kw)
 
 
 class CountingAnswers:
@@ -142,7 +144,7 @@ def test_build_writes_dataset_stats_config(tmp_path):
     assert (stats["questions"], stats["correct"], stats["ret_instances"], stats["context_instances"]) == (10, 5, 5, 5)
     assert stats["judge"] == "contains" and stats["base_model"] == "smollm2-135m" and len(stats["source_sha256"]) == 64
     saved = yaml.safe_load((tmp_path / "data" / "config.yaml").read_text())
-    assert saved["source"] == cfg.source and saved["judge"] == "contains"
+    assert saved["dataset"] == cfg.dataset and saved["judge"] == "contains" and stats["dataset"] == cfg.dataset
     again = load_adapt_dataset(cfg.data_dir)
     assert again["train"]["prompt"] == dsd["train"]["prompt"]
 
@@ -200,7 +202,7 @@ def test_world_split_disjoint_stratified_deterministic():
 
 
 def test_world_source_sampling(tmp_path):
-    cfg = AdaptDataConfig(data_dir=str(tmp_path), source_limit=40, world_common_fraction=0.5)
+    cfg = AdaptDataConfig(data_dir=str(tmp_path), limit=40, world_common_fraction=0.5)
     examples = load_source(cfg)
     assert len(examples) == 40 and sum(ex.metadata["kind"] == "common" for ex in examples) == 20
     heldout = {ex.id for ex in world_split(0, 0.2, 0)[1]}
@@ -209,7 +211,7 @@ def test_world_source_sampling(tmp_path):
 
 @pytest.mark.parametrize("override, message", [
     (["--validation_fraction", "1.5"], "validation_fraction"),
-    (["--source_format", "csv"], "source_format"),
+    (["--dataset_format", "csv"], "dataset_format"),
     (["--closed_book_batch_size", "0"], "closed_book_batch_size"),
 ])
 def test_bad_config_fails(override, message):
@@ -229,7 +231,8 @@ def test_cli_from_yaml_resumes_without_a_model(tmp_path, capsys):
         for ex in examples:
             f.write(json.dumps({"id": ex.id, "answer": "no idea", "labeller": cfg.labeller()}) + "\n")
     config = tmp_path / "adapt.yaml"
-    config.write_text(yaml.safe_dump({"data_dir": cfg.data_dir, "source": str(source), "validation_fraction": 0.0}))
+    config.write_text(yaml.safe_dump({"data_dir": cfg.data_dir, "dataset": str(source), "shuffle_seed": None,
+                                      "validation_fraction": 0.0}))
     assert run_cli(main, argv=[str(config)]) == 0
     assert "3 questions, 0 answered correctly" in capsys.readouterr().out
     config.write_text(yaml.safe_dump({"data_dir": cfg.data_dir, "sourse": "x"}))
@@ -239,12 +242,12 @@ def test_cli_from_yaml_resumes_without_a_model(tmp_path, capsys):
 
 def test_file_source_first_or_seeded_sample(tmp_path):
     source = _write_source(tmp_path, _examples(5))
-    first = load_source(_cfg(tmp_path, source, source_limit=3))
+    first = load_source(_cfg(tmp_path, source, limit=3))
     assert [ex.id for ex in first] == [ex.id for ex in _examples(5)[:3]]
-    sample = load_source(_cfg(tmp_path, source, source_limit=3, source_shuffle=True))
+    sample = load_source(_cfg(tmp_path, source, limit=3, shuffle_seed=0))
     assert len(sample) == 3 and [ex.id for ex in sample] == [
-        ex.id for ex in load_source(_cfg(tmp_path, source, source_limit=3, source_shuffle=True))]
-    everything = load_source(_cfg(tmp_path, source, source_shuffle=True))
+        ex.id for ex in load_source(_cfg(tmp_path, source, limit=3, shuffle_seed=0))]
+    everything = load_source(_cfg(tmp_path, source, shuffle_seed=0))
     assert sorted(ex.id for ex in everything) == sorted(ex.id for ex in _examples(5))
 
 
@@ -279,7 +282,7 @@ def test_baseline_modes_build_one_gold_instance_per_question(tmp_path, mode):
     assert stats["context_instances"] == (3 if mode == "ar" else 0)
     assert yaml.safe_load((tmp_path / "data" / "config.yaml").read_text())["mode"] == mode
     with pytest.raises(DataError, match=f"holds the mode '{mode}' dataset, not 'adapt'"):  # one mode per data_dir
-        build_adapt_dataset(_cfg(tmp_path, Path(cfg.source)), answer_fn=CountingAnswers(), show_progress=False)
+        build_adapt_dataset(_cfg(tmp_path, Path(cfg.dataset)), answer_fn=CountingAnswers(), show_progress=False)
 
 
 def test_mode_is_checked():

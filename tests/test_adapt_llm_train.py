@@ -80,7 +80,7 @@ def data(tmp_path_factory, tiny_dir):
     tmp = tmp_path_factory.mktemp("data")
     source = tmp / "qa.jsonl"
     source.write_text("".join(json.dumps(ex.to_dict()) + "\n" for ex in _examples(6)))
-    cfg = AdaptDataConfig(data_dir=str(tmp / "data"), source=str(source), validation_fraction=0.0,
+    cfg = AdaptDataConfig(data_dir=str(tmp / "data"), dataset=str(source), shuffle_seed=None, validation_fraction=0.0,
                           base_model=str(tiny_dir))
     dsd = build_adapt_dataset(cfg, answer_fn=lambda b: ["Land0" if ex.id == "q0" else "?" for ex in b],
                               show_progress=False)
@@ -191,7 +191,7 @@ def test_loaded_adapter_generates_with_p_ret(tiny_dir, data, tmp_path):
         model, tokenizer = load_causal_lm(str(tmp_path / "m"))
         rows.append(model.get_input_embeddings().weight[tokenizer.convert_tokens_to_ids("<RET>")].detach())
     assert torch.equal(rows[0], rows[1])
-    gens = model_generator(model, tokenizer, max_new_tokens=2)(["Q: a?", "Q: b?"])
+    gens = model_generator(model, tokenizer, max_new_tokens=2).generate(["Q: a?", "Q: b?"])
     assert all(0.0 <= g.first_token_probs["<RET>"] <= 1.0 for g in gens)
     merged, _ = load_causal_lm(str(tmp_path / "m" / "merged"))
     assert merged.get_input_embeddings().weight.shape[0] == len(tokenizer)
@@ -266,14 +266,19 @@ def test_script_runs_from_a_temporary_yaml(tiny_dir, data, tmp_path, capsys):
     spec.loader.exec_module(script)
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({
-        "data_dir": data_cfg.data_dir, "source": data_cfg.source, "validation_fraction": 0.0,
+        "data_dir": data_cfg.data_dir, "dataset": data_cfg.dataset, "shuffle_seed": None, "validation_fraction": 0.0,
         "base_model": str(tiny_dir), "output_dir": str(tmp_path / "model"), "micro_batch_size": 4,
         "effective_batch_size": 4, "max_steps": 1, "eval_steps": None, "warmup_steps": 0,
-        "eval_source": data_cfg.source, "eval_limit": 3, "eval_max_new_tokens": 2}))
+        "eval_dataset": data_cfg.dataset, "eval_limit": 3, "eval_max_new_tokens": 2}))
     assert run_cli(script.main, argv=[str(config)]) == 0
     out = capsys.readouterr().out
     assert "NR (never retrieve)" in out and "AR (always retrieve)" in out and "ADAPT-LLM (token)" in out
-    assert len((tmp_path / "model" / "eval" / "records.jsonl").read_text().splitlines()) == 3
+    evaluation = tmp_path / "model" / "eval"  # the evaluate command's files, and the three policies' summary
+    assert len((evaluation / "predictions.jsonl").read_text().splitlines()) == 3
+    assert json.loads((evaluation / "metrics.json").read_text())["n"] == 3
+    saved = yaml.safe_load((evaluation / "config.yaml").read_text())
+    assert saved["method"] == "adapt-llm" and saved["gate_all_answers"] is True and saved["top_k"] == 1
+    assert "NR (never retrieve)" in json.loads((evaluation / "summary.json").read_text())["summaries"]
     assert json.loads((tmp_path / "model" / "timings.json").read_text())["total_s"] > 0
 
 
@@ -441,7 +446,8 @@ def test_training_writes_no_cache_files_into_the_dataset_folder(tiny_dir, tmp_pa
 
     source = tmp_path / "qa.jsonl"
     source.write_text("".join(json.dumps(ex.to_dict()) + "\n" for ex in _examples(10)))
-    data_cfg = AdaptDataConfig(data_dir=str(tmp_path / "data"), source=str(source), validation_fraction=0.3,
+    data_cfg = AdaptDataConfig(data_dir=str(tmp_path / "data"), dataset=str(source), shuffle_seed=None,
+                               validation_fraction=0.3,
                                base_model=str(tiny_dir))
     build_adapt_dataset(data_cfg, answer_fn=lambda b: ["?" for _ in b], show_progress=False)
     dsd = load_adapt_dataset(data_cfg.data_dir)  # memory-mapped from data_dir/dataset, as the job loads it
@@ -461,10 +467,15 @@ def _script():
 @pytest.mark.parametrize("fields, message", [
     ({"eval_index": "runs/index/never-built"}, r"--eval_index runs/index/never-built: no such folder"),
     ({"eval_index": "HERE"}, r"--eval_index .* is not an index folder \(no meta.json\)"),
-    ({"eval_source": "missing.jsonl"}, r"missing.jsonl"),
-    ({"eval_source": "world_heldout"}, r"eval_source world_heldout needs source world"),
+    ({"eval_dataset": "missing.jsonl"}, r"missing.jsonl"),
+    ({"eval_dataset": "world-adapt-heldout"}, r"eval_dataset world-adapt-heldout needs dataset world-adapt-train"),
+    ({"eval_source": "world_heldout"}, r"eval_source was renamed: use eval_dataset \(world_heldout is now "
+                                       r"world-adapt-heldout\)"),
+    ({"eval_dataset": "world_heldout"}, r"question set 'world_heldout' was renamed: use 'world-adapt-heldout'"),
     ({"base_model": "./no-such-model"}, r"--base_model ./no-such-model: no such model folder"),
-    ({"source": "missing-train.jsonl"}, r"--source missing-train.jsonl: no such file"),
+    ({"dataset": "missing-train.jsonl"}, r"dataset 'missing-train.jsonl' is neither an embedded set"),
+    ({"source": "world"}, r"source was renamed: use dataset \(world is now world-adapt-train\)"),
+    ({"source_limit": 3}, r"source_limit was renamed: use limit"),
 ])
 def test_job_checks_its_inputs_before_any_model_loads(data, tmp_path, monkeypatch, capsys, fields, message):
     """The SQuAD -> PopQA recipe once failed only after Algorithm 1 and training, at its evaluation index."""
@@ -480,8 +491,8 @@ def test_job_checks_its_inputs_before_any_model_loads(data, tmp_path, monkeypatc
     fields = {k: str(tmp_path) if v == "HERE" else v for k, v in fields.items()}
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({
-        "data_dir": str(tmp_path / "data"), "source": data_cfg.source, "base_model": data_cfg.base_model,
-        "output_dir": str(tmp_path / "model"), "eval_source": data_cfg.source, **fields}))
+        "data_dir": str(tmp_path / "data"), "dataset": data_cfg.dataset, "base_model": data_cfg.base_model,
+        "output_dir": str(tmp_path / "model"), "eval_dataset": data_cfg.dataset, **fields}))
     assert run_cli(_script().main, argv=[str(config)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and re.search(message, err), err

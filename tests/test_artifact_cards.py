@@ -179,7 +179,7 @@ def distill_setup(tmp_path_factory) -> dict[str, Path]:
     """A tiny random BERT encoder, a dense index over 8 passages and a distillation dataset (as test_distill)."""
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from data_builders.distill_rows import to_dataset_dict
+    from data_builders.distill_schema import to_dataset_dict
     from inference.core.models import resolve_model
     from retrieval_adapt.dense import DenseRetriever
     from retrieval_adapt.encoders import MeanPoolingEncoder
@@ -209,10 +209,10 @@ def test_retrieval_adapt_data_card(distill_setup, tmp_path):
 
     folder = distill_setup["data"]
     stats = json.loads((folder / "stats.json").read_text())
-    configs = (QuestionsConfig(questions="world:two_hop"), RetrievalAdaptDataConfig(index_dir="runs/index/x"))
+    configs = (QuestionsConfig(dataset="world-two-hop"), RetrievalAdaptDataConfig(index_dir="runs/index/x"))
     card = DatasetCard.load(write_dataset_card(folder, stats, configs, kind="retrieval_adapt"))
     assert card.data.task_categories == ["text-retrieval"]
-    for expected in ("| questions | world:two_hop |", "| index_dir | runs/index/x |", f"| questions_sha256 | {SHA} |",
+    for expected in ("| dataset | world-two-hop |", "| index_dir | runs/index/x |", f"| questions_sha256 | {SHA} |",
                      "candidate_positions", "num_candidates: 24"):
         assert expected in card.text
     hub_like = load_dataset(str(folder), cache_dir=str(tmp_path / "hf-cache"))

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from data_builders.distill_rows import to_dataset_dict
+from data_builders.distill_schema import to_dataset_dict
 from inference.core.records import DataError, Passage
 from retrieval_adapt.dense import DenseRetriever
 from retrieval_adapt.distill import DistillConfig, train
@@ -254,6 +254,27 @@ def test_kill_after_logging_redoes_the_steps_without_duplicate_lines(setup, tmp_
         f.write('{"step": 4, "note": "é'.encode()[:-1])
     train(_config(setup, out, max_steps=4, eval_steps=2))
     assert _log_steps(out) == ([1, 2, 3, 4], [0, 2, 4])
+
+
+def test_metrics_log_is_a_record_log(tmp_path):
+    """metrics.jsonl on the shared RecordLog: an append after a torn last line starts on its own line (it once
+    glued onto the torn one), a resume cuts a line torn inside a character and the steps it redoes, and a damaged
+    line inside the log is an error naming it instead of a record silently lost."""
+    from retrieval_adapt.distill_checkpoints import MetricsLog
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1, "kl": 0.5}\n{"step": 2, "k')
+    MetricsLog(path).append({"step": 2, "kl": 0.25})
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"step": 1, "kl": 0.5},
+                                                                          {"step": 2, "kl": 0.25}]
+    with path.open("ab") as f:
+        f.write(b'{"step": 2, "val_loss": 1.5}\n{"step": 3, "kl": 0.125}\n' + '{"step": 4, "é'.encode()[:-1])
+    MetricsLog(path).keep_until(2)
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [
+        {"step": 1, "kl": 0.5}, {"step": 2, "kl": 0.25}, {"step": 2, "val_loss": 1.5}]
+    path.write_text('{"step": 1}\n{"step": 2, oops}\n{"step": 3}\n')
+    with pytest.raises(DataError, match=r"metrics.jsonl, line 2: not a JSON record"):
+        MetricsLog(path).keep_until(1)
 
 
 def test_resume_refuses_other_settings_and_resume_false_starts_over(setup, tmp_path):

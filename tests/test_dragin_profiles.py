@@ -13,7 +13,7 @@ from scripted_lm import scripted_llama
 
 from data_builders.readers import write_qa_jsonl
 from inference import evaluate as ev
-from inference.core.records import QAExample
+from inference.core.records import PredictionRecord, QAExample
 from inference.engine import DynamicRAGEngine, EngineConfig
 from inference.methods import MethodConfig
 from inference.prompts import PromptBuilder, PromptConfig
@@ -39,7 +39,7 @@ def run(tokenizer, method: MethodConfig, fake_retriever, *, script=SCRIPT, max_n
     engine = DynamicRAGEngine(scripted_llama(tokenizer, script), tokenizer, fake_retriever, prompts, method,
                               EngineConfig(batch_size=2, max_new_tokens=max_new_tokens))
     [record] = engine.run([QAExample("q", "Who founded Kelmora?", ["Osk"])], show_progress=False)
-    return record, prompts.doc_counts
+    return record.to_dict(), prompts.doc_counts
 
 
 def positions(record) -> list[int]:
@@ -94,8 +94,8 @@ def test_evaluate_records_the_profile_and_its_values(tmp_path, monkeypatch):
     (tmp_path / "index").mkdir()
     (tmp_path / "index" / "meta.json").write_text('{"kind": "bm25"}')
     monkeypatch.setattr(ev, "make_runner", lambda *a: lambda examples: [
-        {"id": e.id, "question": e.question, "answers": e.answers, "output": "So the answer is a.", "retrievals": [],
-         "llm_forward_passes": 1, "generated_tokens": 1, "rounds": 1, "seconds": 0.1} for e in examples])
+        PredictionRecord(e.id, e.question, e.answers, "So the answer is a.", [], llm_forward_passes=1,
+                         generated_tokens=1, rounds=1, batch_mean_seconds=0.1) for e in examples])
     monkeypatch.setattr(ev, "check_resources", lambda *a: None)
     cfg = ev.EvalConfig(dataset=str(data), index=str(tmp_path / "index"), output_dir=str(tmp_path / "out"),
                         show_progress=False)

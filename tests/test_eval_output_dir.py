@@ -10,7 +10,7 @@ import yaml
 from data_builders.readers import write_qa_jsonl
 from inference import evaluate as ev
 from inference import sweep
-from inference.core.records import QAExample
+from inference.core.records import PredictionRecord, QAExample
 from inference.engine import EngineConfig
 from inference.methods import MethodConfig
 from inference.prompts import PromptConfig
@@ -34,9 +34,8 @@ def test_two_commands_without_output_dir_both_run(tmp_path, monkeypatch):
     (tmp_path / "index" / "meta.json").write_text('{"kind": "bm25"}')
 
     def runner(examples):
-        return [{"id": e.id, "question": e.question, "answers": e.answers, "output": e.answers[0],
-                 "retrievals": [], "llm_forward_passes": 1, "generated_tokens": 1, "rounds": 1, "seconds": 0.1}
-                for e in examples]
+        return [PredictionRecord(e.id, e.question, e.answers, e.answers[0], [], llm_forward_passes=1,
+                                 generated_tokens=1, rounds=1, batch_mean_seconds=0.1) for e in examples]
 
     monkeypatch.setattr(ev, "make_runner", lambda *a: runner)
     for method in ("wo-rag", "sr-rag"):

@@ -11,7 +11,7 @@ import pytest
 
 from data_builders.readers import write_qa_jsonl
 from inference import evaluate as ev
-from inference.core.records import DataError, Passage, QAExample
+from inference.core.records import DataError, Passage, PredictionRecord, QAExample, RetrievalRecord
 from inference.core.scoring import summarise
 from inference.engine import EngineConfig
 from inference.methods import MethodConfig
@@ -32,10 +32,9 @@ def fake_index(tmp_path: Path) -> str:
 def fake_runner(calls):
     def run(examples):
         calls.extend(e.id for e in examples)
-        return [{"id": e.id, "question": e.question, "answers": e.answers,
-                 "output": f"So the answer is {e.answers[0]}.",
-                 "retrievals": [{"query": e.question, "doc_ids": ["d1"]}], "llm_forward_passes": 3,
-                 "generated_tokens": 5, "rounds": 1, "seconds": 0.5} for e in examples]
+        return [PredictionRecord(e.id, e.question, e.answers, f"So the answer is {e.answers[0]}.",
+                                 [RetrievalRecord(1, e.question, ["d1"])], llm_forward_passes=3, generated_tokens=5,
+                                 rounds=1, batch_mean_seconds=0.5) for e in examples]
     return run
 
 
@@ -65,10 +64,11 @@ def test_evaluate_writes_and_resumes(tmp_path, monkeypatch):
 
 
 def test_summarise_metrics():
-    recs = [{"answers": ["Paris"], "output": "It is Paris. So the answer is Paris.", "retrievals": [{}, {}],
-             "llm_forward_passes": 10, "generated_tokens": 8, "seconds": 1.0},
-            {"answers": ["yes"], "output": "No.", "retrievals": [], "llm_forward_passes": 2, "generated_tokens": 2,
-             "seconds": 3.0}]
+    two = [RetrievalRecord(1, "q", ["d"]), RetrievalRecord(2, "q", ["d"])]
+    recs = [PredictionRecord("a", "A?", ["Paris"], "It is Paris. So the answer is Paris.", two, llm_forward_passes=10,
+                             generated_tokens=8, batch_mean_seconds=1.0),
+            PredictionRecord("b", "B?", ["yes"], "No.", [], llm_forward_passes=2, generated_tokens=2,
+                             batch_mean_seconds=3.0)]
     m = summarise(recs)
     assert m["em"] == 0.5 and m["retrieval_calls"] == 1.0 and m["seconds_per_question"] == 2.0
     assert m["yes_no_em"] == 0.0 and m["n_yes_no"] == 1  # over the one yes/no question only
@@ -92,10 +92,10 @@ def test_engine_keeps_signals_and_trace_renders(tiny_model, smol_tokenizer, fake
                            MethodConfig(method="dragin", theta=0.0, max_rounds=1),
                            EngineConfig(batch_size=2, max_new_tokens=10, keep_signals=True))
     [rec] = eng.run([QAExample("q", "Where is Quarvik?", ["Tessna"], [Passage("p", "Q", "x")])], show_progress=False)
-    assert rec["signals"] and all("score" in w for r in rec["signals"] for w in r["words"])
+    assert rec.signals and all("score" in w for r in rec.signals for w in r["words"])
     page = render(rec)
     assert page.startswith("<!doctype html>") and "Where is Quarvik?" in page
-    if rec["retrievals"]:
+    if rec.retrievals:
         assert "fired at token" in page
 
 
@@ -118,7 +118,9 @@ def test_iter_retgen_runner_record_shape(tiny_model, smol_tokenizer, fake_retrie
                                    MethodConfig(method="iter-retgen", top_k=2, iterations=3), PromptConfig(),
                                    EngineConfig(max_new_tokens=6, batch_size=2))
     [rec] = runner([QAExample("q", "Where is Quarvik?", ["Tessna"])])
-    assert len(rec["retrievals"]) == 3 and len(rec["iterations"]) == 3
-    assert rec["retrievals"][0]["query"] == "Where is Quarvik?"
-    assert rec["retrievals"][1]["query"].endswith("Where is Quarvik?")  # y1 joined to the question
+    assert len(rec.retrievals) == 3 and len(rec.iterations) == 3 and rec.rounds == 3
+    assert rec.retrievals[0].query == "Where is Quarvik?"
+    assert rec.retrievals[1].query.endswith("Where is Quarvik?")  # y1 joined to the question
     assert summarise([rec])["retrieval_calls"] == 3.0
+    # this question's own generation: a random tiny model writes all 6 tokens in each of its 3 iterations
+    assert rec.generated_tokens == 3 * 6 and rec.llm_forward_passes > 0

@@ -18,7 +18,7 @@ import inference.core.models
 from data_builders.readers import write_qa_jsonl
 from inference import evaluate as ev
 from inference.core.config import run_cli
-from inference.core.records import QAExample
+from inference.core.records import PredictionRecord, QAExample
 from inference.eval_data import question_at
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +72,10 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
                              str(index)], "empty.json: no questions"),
         "TSV with only its header": (["--dataset", str(tmp / "header_only.tsv"), "--dataset_format", "popqa_tsv",
                                       "--index", str(index)], "header_only.tsv: no questions"),
-        "start past the end": ([*on, "--start", "3"], "--start 3 is outside"),
+        "start past the end": ([*on, "--start", "3"], "start 3 is past the end of"),
+        "an old embedded name": (["--dataset", "world-common"],
+                                 "question set 'world-common' was renamed: use 'world-common-knowledge'"),
+        "a split of a file": ([*on, "--split", "train"], "split 'train' is for a hub dataset"),
         "negative start": ([*on, "--start", "-1"], "start must be >= 0"),
         "duplicate ids": (["--dataset", str(tmp / "dups.jsonl"), "--index", str(index)],
                           "question id 'q0' is used twice (questions 0 and 2)"),
@@ -98,7 +101,8 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
     }
 
 
-CASES = ["empty JSONL", "empty JSON list", "TSV with only its header", "start past the end", "negative start",
+CASES = ["empty JSONL", "empty JSON list", "TSV with only its header", "start past the end", "an old embedded name",
+         "a split of a file", "negative start",
          "duplicate ids", "not UTF-8", "file dataset without --index", "missing index folder",
          "folder that is no index", "dense index whose encoder is gone", "query encoder on a BM25 index",
          "missing model path", "folder without a model", "adapter with a missing base", "hub id not cached offline",
@@ -131,8 +135,8 @@ def fake_runner(calls: list[str], interrupt_on_call: int | None = None):
         if count[0] == interrupt_on_call:
             raise KeyboardInterrupt
         calls.extend(e.id for e in examples)
-        return [{"id": e.id, "question": e.question, "answers": e.answers, "output": f"So the answer is Zürich {e.id}.",
-                 "retrievals": [], "llm_forward_passes": 1, "generated_tokens": 1, "seconds": 0.1} for e in examples]
+        return [PredictionRecord(e.id, e.question, e.answers, f"So the answer is Zürich {e.id}.", [],
+                                 llm_forward_passes=1, generated_tokens=1, batch_mean_seconds=0.1) for e in examples]
     return run
 
 

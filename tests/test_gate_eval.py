@@ -65,10 +65,11 @@ def index_dir(tmp_path) -> str:
     return str(folder)
 
 
-def run(tmp_path, data, method: str, name: str = "out", limit: int | None = None, **gate):
+def run(tmp_path, data, method: str, name: str = "out", limit: int | None = None, top_k: int = 1, **gate):
     cfg = ev.EvalConfig(dataset=str(data), index=index_dir(tmp_path), output_dir=str(tmp_path / name), chunk_size=3,
                         limit=limit, show_progress=False)
-    metrics = ev.evaluate(cfg, MethodConfig(method=method), PromptConfig(), EngineConfig(), GateMethodConfig(**gate))
+    metrics = ev.evaluate(cfg, MethodConfig(method=method, top_k=top_k), PromptConfig(), EngineConfig(),
+                          GateMethodConfig(**gate))
     lines = (tmp_path / name / "predictions.jsonl").read_text().splitlines()
     return metrics, {r["id"]: r for r in map(json.loads, lines)}, len(lines)
 
@@ -78,9 +79,9 @@ def columns(metrics):
 
 
 def test_adapt_llm_records_metrics_and_resume(tmp_path, world):
-    metrics, recs, n = run(tmp_path, world["data"], "adapt-llm", limit=2, gate_k=2)
+    metrics, recs, n = run(tmp_path, world["data"], "adapt-llm", limit=2, top_k=2)
     assert n == 2 and sorted(recs) == ["a", "b"]
-    metrics, recs, n = run(tmp_path, world["data"], "adapt-llm", gate_k=2)  # resume: only c and d run now
+    metrics, recs, n = run(tmp_path, world["data"], "adapt-llm", top_k=2)  # resume: only c and d run now
     assert n == 4 and sorted(recs) == ["a", "b", "c", "d"]
     asked = [p.split("Q: Question ")[1][0] for p in world["gen"].prompts]
     assert asked == ["a", "b", "b", "c", "d", "d"]  # parametric a, b; context b; then parametric c, d; context d
@@ -94,7 +95,7 @@ def test_adapt_llm_records_metrics_and_resume(tmp_path, world):
     assert metrics["retrieval_calls"] == 0.5 and metrics["method"] == "adapt-llm" and metrics["gate_inner"] == "single"
     assert json.loads((tmp_path / "out" / "metrics.json").read_text())["acc_not_retrieved"] == 1.0
     saved = yaml.safe_load((tmp_path / "out" / "config.yaml").read_text())
-    assert saved["method"] == "adapt-llm" and saved["gate_k"] == 2 and saved["gate_rule"] == "token"
+    assert saved["method"] == "adapt-llm" and saved["top_k"] == 2 and saved["gate_rule"] == "token"
 
 
 def test_threshold_rule(tmp_path, world):
@@ -116,6 +117,21 @@ def test_nr_ar_popularity(tmp_path, world):
     metrics, recs, _ = run(tmp_path, world["data"], "popularity", name="pop", popularity_threshold=1e4)
     assert [recs[q]["answered_by"] for q in "abcd"] == ["closed_book", "context", "closed_book", "context"]
     assert recs["b"]["popularity"] == 10 and columns(metrics) == (0.75, 0.5, 2, 0.5, 1.0)
+
+
+@pytest.mark.parametrize("method,gate", [("adapt-llm", {}), ("adapt-llm", {"gate_rule": "threshold"}),
+                                         ("nr", {}), ("ar", {}), ("popularity", {"popularity_threshold": 1e4})])
+def test_all_answers_decide_as_the_policy_alone(tmp_path, world, method, gate):
+    """gate_all_answers generates every path for every question; the method's policy then answers exactly as it
+    does alone, and the file holds what re-deciding any other policy offline needs."""
+    metrics, recs, _ = run(tmp_path, world["data"], method, name="alone", **gate)
+    every, all_recs, _ = run(tmp_path, world["data"], method, name="all", gate_all_answers=True, **gate)
+    keys = ("output", "answered_by", "retrieved", "policy", "retrievals", "answer")
+    assert [[all_recs[q][k] for k in keys] for q in "abcd"] == [[recs[q][k] for k in keys] for q in "abcd"]
+    assert columns(every) == columns(metrics) and every["em"] == metrics["em"]
+    assert all(all_recs[q][f] is not None for q in "abcd" for f in ("parametric_output", "closed_book_output",
+                                                                      "context_output", "p_ret"))
+    assert every["generated_tokens"] == 3 * 2  # three prompts of 2 tokens each (the stub), every question
 
 
 def test_user_errors_are_one_line(tmp_path, world, capsys):

@@ -4,26 +4,36 @@ from __future__ import annotations
 
 import pytest
 
+from inference.core.generation import Generation
 from inference.core.records import Passage, QAExample
 from inference.core.retriever import Hit, join_query
-from inference.iter_retgen import IterRetGen, IterRetGenConfig, LMGenerator, iteration_curve
+from inference.iter_retgen import (
+    ITER_RETGEN_TOP_K,
+    IterRetGen,
+    IterRetGenConfig,
+    LMGenerator,
+    iter_retgen_depth,
+    iteration_curve,
+)
 from inference.iter_retgen_prompts import PAPER_DEMOS, Prompt, build_prompt
 
 
 class EchoGenerator:
-    """Answers "y<call>: <last prompt line>" and keeps every prompt batch it was given."""
+    """Answers "y<call> about <question>" (as many tokens as the question's number of words, one forward pass each)
+    and keeps every prompt batch it was given."""
 
     def __init__(self, answers: dict[str, str] | None = None):
         self.batches: list[list[Prompt]] = []
         self.answers = answers or {}
 
-    def generate(self, prompts: list[Prompt]) -> list[str]:
+    def generate(self, prompts: list[Prompt]) -> list[Generation]:
         self.batches.append(prompts)
         call = len(self.batches)
         out = []
         for p in prompts:
             question = p.user.rsplit("Question: ", 1)[1].split("\n")[0]
-            out.append(self.answers.get(question, f"y{call} about {question}"))
+            n = len(question.split())
+            out.append(Generation(self.answers.get(question, f"y{call} about {question}"), n, {}, forward_passes=n))
         return out
 
 
@@ -35,7 +45,7 @@ def examples() -> list[QAExample]:
 
 def test_queries_iterations_and_records(fake_retriever):
     gen = EchoGenerator()
-    loop = IterRetGen(fake_retriever, gen, IterRetGenConfig(iterations=3, k=2))
+    loop = IterRetGen(fake_retriever, gen, IterRetGenConfig(iterations=3, top_k=2))
     records = loop.run(examples())
     assert len(gen.batches) == 3 and all(len(b) == 2 for b in gen.batches)  # batched over questions
     assert fake_retriever.queries[:2] == ["Where is X based?", "Who wrote Y?"]  # iteration 1: q alone
@@ -57,7 +67,7 @@ def test_queries_iterations_and_records(fake_retriever):
 
 def test_paragraphs_prepended_and_metrics(fake_retriever):
     gen = EchoGenerator(answers={"Where is X based?": "It is in Zorara. So the answer is Zorara."})
-    records = IterRetGen(fake_retriever, gen, IterRetGenConfig(iterations=1, k=1)).run(examples())
+    records = IterRetGen(fake_retriever, gen, IterRetGenConfig(iterations=1, top_k=1)).run(examples())
     prompt = gen.batches[0][0]
     assert prompt.chat and prompt.user.startswith("Title: Doc 0\nContext: About Where is X based?.")
     it = records[0].iterations[0]
@@ -68,7 +78,7 @@ def test_paragraphs_prepended_and_metrics(fake_retriever):
 
 def test_iteration_curve(fake_retriever):
     gen = EchoGenerator(answers={"Who wrote Y?": "Ann Lee"})
-    curve = iteration_curve(IterRetGen(fake_retriever, gen, IterRetGenConfig(iterations=2, k=1)).run(examples()))
+    curve = iteration_curve(IterRetGen(fake_retriever, gen, IterRetGenConfig(iterations=2, top_k=1)).run(examples()))
     assert [c["t"] for c in curve] == [1, 2] and all(c["n"] == 2 for c in curve)
     assert curve[0]["em"] == 0.5 and curve[1]["acc"] == 0.5
     assert iteration_curve([]) == []
@@ -79,7 +89,7 @@ def test_answer_recall_counts_the_retrieved_set():
         def search(self, queries, k):
             return [[Hit(Passage("a", "A", "Ann Lee wrote it."), 1.0)][:k] for _ in queries]
 
-    records = IterRetGen(Fixed(), EchoGenerator(), IterRetGenConfig(iterations=1, k=1)).run(examples())
+    records = IterRetGen(Fixed(), EchoGenerator(), IterRetGenConfig(iterations=1, top_k=1)).run(examples())
     assert [r.iterations[0].metrics["answer_recall"] for r in records] == [0.0, 1.0]
 
 
@@ -101,7 +111,8 @@ def test_join_query():
     assert join_query("Q?", " y1 text ") == "y1 text Q?"
 
 
-@pytest.mark.parametrize("kwargs,match", [({"iterations": 0}, "iterations must be >= 1"), ({"k": 0}, "k must be"),
+@pytest.mark.parametrize("kwargs,match", [({"iterations": 0}, "iterations must be >= 1"),
+                                          ({"top_k": 0}, "top_k must be"),
                                           ({"prompt_style": "cot"}, "prompt_style must be")])
 def test_config_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -111,7 +122,7 @@ def test_config_validation(kwargs, match):
 def test_generator_output_count_checked(fake_retriever):
     class Short:
         def generate(self, prompts):
-            return ["x"]
+            return [Generation("x", 1, {})]
 
     with pytest.raises(ValueError, match="returned 1 outputs for 2 prompts"):
         IterRetGen(fake_retriever, Short()).run(examples())
@@ -121,9 +132,29 @@ def test_lm_generator_with_tiny_model(tiny_model, smol_tokenizer, fake_retriever
     gen = LMGenerator(tiny_model, smol_tokenizer, max_new_tokens=3, batch_size=2)
     assert gen.render(Prompt("hi", chat=True)).startswith("<|im_start|>")
     assert gen.render(Prompt("plain text")) == "plain text"
-    records = IterRetGen(fake_retriever, gen, IterRetGenConfig(iterations=2, k=1)).run(examples())
+    records = IterRetGen(fake_retriever, gen, IterRetGenConfig(iterations=2, top_k=1)).run(examples())
     assert all(isinstance(r.iterations[1].output, str) for r in records)
     assert 0 < gen.generated_tokens <= 2 * 2 * 3
+
+
+def test_prediction_record_counts_each_questions_own_generation(fake_retriever):
+    """Tokens and forward passes of a question are its own iterations' (the echo writes one token per question
+    word), not the batch's total shared evenly: "Where is X based?" 4 + 4, "Who wrote Y?" 3 + 3."""
+    records = IterRetGen(fake_retriever, EchoGenerator(), IterRetGenConfig(iterations=2, top_k=1)).run(examples())
+    preds = [r.to_prediction(0.25) for r in records]
+    assert [p.generated_tokens for p in preds] == [8, 6] and [p.llm_forward_passes for p in preds] == [8, 6]
+    assert preds[0].output == records[0].iterations[-1].output and preds[0].rounds == 2
+    assert [r.round for r in preds[0].retrievals] == [1, 2] and preds[0].retrievals[0].position is None
+    assert preds[0].iterations[1].answer == records[0].iterations[1].answer
+    assert preds[0].batch_mean_seconds == 0.25
+    d = records[0].to_dict()  # the iteration log of retrieval_adapt.evaluate_adapted keeps its keys
+    assert set(d) == {"id", "question", "answers", "iterations", "prediction"}
+    assert set(d["iterations"][0]) == {"query", "doc_ids", "output", "answer", "metrics"}
+
+
+def test_depth_defaults_to_the_papers_five():
+    assert iter_retgen_depth(None) == ITER_RETGEN_TOP_K == IterRetGenConfig().top_k == 5
+    assert iter_retgen_depth(3) == 3
 
 
 def test_answer_recall_matches_whole_words_only():

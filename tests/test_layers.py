@@ -24,7 +24,22 @@ LAYERS = {
 }
 NAMES = {0: "foundation", 1: "data", 2: "retrieval", 3: "inference", 4: "jobs"}
 # Lazy imports of project modules that are allowed, and why.
-LAZY_OK: dict[tuple[str, str], str] = {}
+LAZY_OK: dict[tuple[str, str], str] = {
+    ("retrieval_adapt.build_index", "retrieval_adapt.dense"): "torch + faiss, for --kind dense only",
+    ("retrieval_adapt.build_index", "retrieval_adapt.encoders"): "torch, for --kind dense only",
+    ("retrieval_adapt.loading", "retrieval_adapt.dense"): "torch + faiss; a BM25 index needs neither",
+    # torch loads where a model runs, not when a config, a check or --help is read
+    ("inference.core.generation", "inference.core.decoder"): "torch, only when text is generated",
+    ("inference.core.generation", "inference.core.models"): "torch + transformers, only to load a model by name",
+    ("inference.eval_checks", "inference.core.models"): "torch + transformers: the checks run before any load",
+    ("training.adapt_llm", "training.adapt_llm_eval"): "torch: after the arguments parse and are checked",
+    ("training.adapt_llm", "training.lora_sft"): "torch + trl + peft: after the arguments parse and are checked",
+    # the report renders recorded runs: no torch, and matplotlib only when figures are drawn
+    ("inference.report", "inference.knobs"): "torch (via the method registry), only for sweep summaries",
+    ("inference.report", "inference.popularity_threshold"): "torch, only for a gate's popularity rows",
+    ("inference.report", "inference"): "matplotlib (report_figures), only when figures are drawn",
+    ("inference.report", "inference.report_figures"): "matplotlib, only when figures are drawn",
+}
 
 
 def layer(module: str) -> int:

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
+import huggingface_hub.constants
 import pytest
 import torch
 
+import retrieval_adapt.distill
+from inference.core import config, gguf_convert, models
 from inference.core.models import (
     ModelNotFoundError,
     adapter_base,
+    hub_offline,
     load_causal_lm,
     load_encoder,
     load_tokenizer,
@@ -41,6 +48,25 @@ def test_hub_id_offline_says_hub_unreachable_and_how_to_fix(load, monkeypatch):
     assert f"cannot load model '{name}'" in msg
     assert "hub is unreachable (HF_HUB_OFFLINE=1)" in msg and "not in the local HF cache" in msg
     assert f"hf download {name}" in msg and "pass a local folder" in msg
+
+
+def test_hub_offline_is_read_when_asked_and_shared_by_distillation(monkeypatch):
+    """huggingface_hub reads HF_HUB_OFFLINE once, at its import; the distillation job's warning used that copy."""
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert hub_offline() and retrieval_adapt.distill.hub_offline()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    assert not hub_offline()
+    assert retrieval_adapt.distill.hub_offline is hub_offline
+
+
+def test_model_not_found_is_a_user_error_before_torch_is_imported():
+    """It lives beside ConfigError, so run_cli knows it without importing the model loader (and torch)."""
+    assert models.ModelNotFoundError is config.ModelNotFoundError is gguf_convert.ModelNotFoundError
+    assert models.cache_dir is gguf_convert.cache_dir
+    code = ("import sys; from inference.core.config import ModelNotFoundError, user_errors; "
+            "assert ModelNotFoundError in user_errors() and 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
 
 
 @pytest.mark.parametrize("name", ["./nope-model", "/abs/nope-model", "a/b/nope-model", "~/nope-model-xyz"])

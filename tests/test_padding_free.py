@@ -1,17 +1,19 @@
 """Padding-free batching (``padding_free: true``): trl's options as ``sft_config`` sets them; the loss of one batch
 equal to the padded batch's on a tiny random Llama on CPU, with SDPA (the block mask transformers builds from
 ``position_ids`` keeps the flattened instances apart) and with ``sdpa_varlen`` (SDPA per instance); when the
-training job switches to ``sdpa_varlen``."""
+training job switches to ``sdpa_varlen``, and that it does so when it loads its model."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from datasets import Dataset
+from datasets import Dataset, DatasetDict
 
+import inference.core.models
+from data_builders.adapt_llm import COLUMNS, AdaptDataConfig
 from training.adapt_llm_config import AdaptTrainConfig
 from training.adapt_llm_tokens import tokenize_split
-from training.lora_sft import sft_config
+from training.lora_sft import load_base_model, sft_config, train_adapt
 from training.varlen_attention import register as register_varlen
 from training.varlen_attention import use_for_padding_free
 
@@ -102,3 +104,42 @@ def test_varlen_only_for_padding_free_sdpa_on_cpu():
     assert use_for_padding_free(model, padding_free=True) and model.config._attn_implementation == "sdpa_varlen"
     eager = _sharp_llama(100, "eager")
     assert not use_for_padding_free(eager, padding_free=True) and eager.config._attn_implementation == "eager"
+
+
+@pytest.fixture(scope="module")
+def sdpa_dir(tmp_path_factory, smol_tokenizer):
+    """A tiny random Llama saved with SmolLM2's tokenizer; transformers loads it with SDPA."""
+    out = tmp_path_factory.mktemp("sdpa")
+    _sharp_llama(len(smol_tokenizer)).save_pretrained(out)
+    smol_tokenizer.save_pretrained(out)
+    return out
+
+
+def test_the_training_job_loads_its_model_with_varlen_only_when_padding_free(sdpa_dir, tmp_path):
+    as_loaded = inference.core.models.load_causal_lm(str(sdpa_dir))[0].config._attn_implementation
+    padded, _ = load_base_model(str(sdpa_dir), _cfg(tmp_path), "cpu")
+    flat, _ = load_base_model(str(sdpa_dir), _cfg(tmp_path, padding_free=True), "cpu")
+    assert as_loaded == "sdpa" and padded.config._attn_implementation == "sdpa"
+    assert flat.config._attn_implementation == "sdpa_varlen"
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_padding_free_training_runs_with_varlen(sdpa_dir, tmp_path, monkeypatch):
+    """The whole job (train_adapt) with ``padding_free: true`` trains the model it switched to sdpa_varlen."""
+    loaded = []
+    real = inference.core.models.load_causal_lm
+
+    def recording(*args, **kwargs):
+        model, tokenizer = real(*args, **kwargs)
+        loaded.append(model)
+        return model, tokenizer
+
+    monkeypatch.setattr(inference.core.models, "load_causal_lm", recording)
+    rows = {"prompt": ["Q: Where is Town1?\n\nA:", "Q: Who founded the long named Town2?\n\nA:"],
+            "completion": [" Land1", " <RET>"], "kind": ["parametric", "parametric_ret"], "question_id": ["q1", "q2"]}
+    dsd = DatasetDict({"train": Dataset.from_dict(rows), "validation": Dataset.from_dict({c: [] for c in COLUMNS})})
+    data_cfg = AdaptDataConfig(data_dir=str(tmp_path / "data"), base_model=str(sdpa_dir))
+    cfg = _cfg(tmp_path / "model", padding_free=True, max_steps=1, save_steps=1, logging_steps=1, warmup_steps=0)
+    metrics = train_adapt(data_cfg, cfg, dsd)
+    assert len(loaded) == 1 and loaded[0].config._attn_implementation == "sdpa_varlen"
+    assert metrics["train_loss"] > 0 and metrics["adapter"]["tensors"] > 0

@@ -12,7 +12,8 @@ from scripted_lm import scripted_llama
 
 from inference.core.records import Passage, QAExample
 from inference.engine import DynamicRAGEngine, EngineConfig
-from inference.methods import KNOB_OWNERS, PRESETS, MethodConfig, engine_methods
+from inference.gate_eval import INNER_NAMES
+from inference.methods import KNOB_OWNERS, PRESETS, MethodConfig
 from inference.prompts import PromptBuilder
 from inference.queries import QUERIES, QueryFormer, register_query
 from inference.round_view import Event
@@ -85,7 +86,8 @@ def test_presets_pair_registered_plugins():
     for name, preset in PRESETS.items():
         if preset.trigger is not None:
             assert preset.trigger in TRIGGERS.names() and preset.query in QUERIES.names(), name
-    assert engine_methods() == ["wo-rag", "sr-rag", "fl-rag", "fs-rag", "flare", "dragin", "custom"]
+    # the gate's inner methods come from the same registry: every method that retrieves, and its own prompt
+    assert INNER_NAMES == ("single", "sr-rag", "fl-rag", "fs-rag", "flare", "dragin", "custom", "iter-retgen")
 
 
 def test_each_plugin_owns_its_knobs_and_they_are_method_config_fields():

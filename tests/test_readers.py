@@ -19,7 +19,6 @@ from data_builders.readers import (
     read_hf_qa,
     read_passages_jsonl,
     read_qa,
-    read_qa_jsonl,
     write_passages_jsonl,
     write_qa_jsonl,
 )
@@ -50,7 +49,7 @@ def test_qa_jsonl_round_trip_with_unicode(tmp_path):
         QAExample("q2", "日本の首都は?", ["東京"]),
     ]
     path = write_qa_jsonl(examples, tmp_path / "out" / "qa.jsonl")
-    assert read_qa_jsonl(path) == examples
+    assert read_qa(path, format="qa_jsonl") == examples
     assert read_qa(path) == examples  # detected as qa_jsonl
     assert read_qa(path, limit=1) == examples[:1]
 
@@ -59,7 +58,7 @@ def test_qa_jsonl_malformed_line_names_line(tmp_path):
     path = tmp_path / "qa.jsonl"
     path.write_text('{"id": "1", "question": "q?", "answers": ["a"]}\n{"id": "2", "question": \n', encoding="utf-8")
     with pytest.raises(DataError, match=r"qa\.jsonl, line 2: malformed JSON"):
-        read_qa_jsonl(path)
+        read_qa(path, format="qa_jsonl")
 
 
 @pytest.mark.parametrize(
@@ -73,7 +72,7 @@ def test_qa_jsonl_malformed_line_names_line(tmp_path):
 )
 def test_qa_jsonl_bad_records(tmp_path, row, pattern):
     with pytest.raises(DataError, match=pattern):
-        read_qa_jsonl(write_jsonl(tmp_path / "qa.jsonl", [row]))
+        read_qa(write_jsonl(tmp_path / "qa.jsonl", [row]), format="qa_jsonl")
 
 
 def test_nonexistent_path(tmp_path):
@@ -343,8 +342,6 @@ def test_inputs_with_no_records_are_errors_naming_the_file(tmp_path):
     empty.write_text("")
     with pytest.raises(DataError, match=r"empty\.jsonl: no questions \(it holds no records\)"):
         read_qa(empty, format="qa_jsonl")
-    with pytest.raises(DataError, match=r"empty\.jsonl: no questions"):
-        read_qa_jsonl(empty)
     with pytest.raises(DataError, match=r"empty\.jsonl: no passages"):
         read_passages_jsonl(empty)
     with pytest.raises(DataError, match=r"empty\.jsonl: empty file"):

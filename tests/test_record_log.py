@@ -45,6 +45,21 @@ def test_first_record_of_a_key_wins_and_bad_lines_are_named(tmp_path):
         log.read()
 
 
+def test_an_unkeyed_log_keeps_every_record_and_drops_what_a_resume_redoes(tmp_path):
+    """A time series (a training run's metrics.jsonl: a step logs a training and a validation record) on the same
+    log: nothing deduplicated, and ``keep`` rewrites it whole with the records a resumed run will not write again."""
+    log = RecordLog(tmp_path / "m.jsonl", key=None)
+    log.append([{"step": 1, "kl": 0.5}, {"step": 2, "kl": 0.4}, {"step": 2, "val_loss": 1.0}, {"step": 3, "kl": 0.3}])
+    assert len(log.read()) == 4
+    log.path.write_bytes(log.path.read_bytes() + '{"step": 4, "note": "é'.encode()[:-1])  # torn inside é
+    assert log.keep(lambda rec: rec["step"] <= 2) == 1  # step 3 goes (and the torn tail, which is no record)
+    assert log.read() == [{"step": 1, "kl": 0.5}, {"step": 2, "kl": 0.4}, {"step": 2, "val_loss": 1.0}]
+    assert log.keep(lambda rec: True) == 0
+    log.path.write_text('{"step": 1}\n[1, 2]\n{"step": 2}\n')
+    with pytest.raises(DataError, match=r"m.jsonl, line 2: a record must be a JSON object"):
+        log.read()
+
+
 def test_a_record_that_cannot_be_written_leaves_the_batch_unwritten(tmp_path):
     log = RecordLog(tmp_path / "p.jsonl")
     with pytest.raises(TypeError):

@@ -11,7 +11,7 @@ import pytest
 
 from inference import report
 from inference.core.config import ConfigError, run_cli, save_config
-from inference.core.records import DataError
+from inference.core.records import DataError, PredictionRecord
 from inference.core.scoring import summarise
 from inference.engine import EngineConfig
 from inference.evaluate import EvalConfig
@@ -40,7 +40,7 @@ def write_run(folder: Path, records: list[dict], metrics: bool = True, **knobs) 
     save_config(folder / "config.yaml", cfg, method, PromptConfig(), EngineConfig(), gate)
     (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     if metrics:
-        m = summarise(records)
+        m = summarise([PredictionRecord.from_dict(r) for r in records])
         m.update({"method": method.method, "model": cfg.model, "dataset": cfg.dataset})
         (folder / "metrics.json").write_text(json.dumps(m))
     return folder
@@ -132,6 +132,7 @@ def test_an_unfinished_run_is_scored_from_its_predictions(tmp_path):
 def test_frontier_and_iteration_curve_by_hand():
     assert pareto([(0, 0.2), (1, 0.5), (2, 0.4), (3, 0.6), (1, 0.3)]) == [(0, 0.2), (1, 0.5), (3, 0.6)]
     recs = [{"iterations": [{"em": 0.0, "f1": 0.5}, {"em": 1.0, "f1": 1.0}]}, {"iterations": [{"em": 1.0, "f1": 0.0}]}]
+    recs = [PredictionRecord.from_dict({"id": "q", "question": "?", "answers": ["a"], **r}) for r in recs]
     assert iteration_curve(recs) == {"em": [0.5, 1.0], "f1": [0.25, 1.0]}
 
 

@@ -8,11 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from data_builders.distill_rows import check_row, read_rows, split_ids
-from data_builders.distill_set import RetrievalAdaptDataConfig, build
+from data_builders.distill_schema import check_row, split_ids
+from data_builders.distill_set import RetrievalAdaptDataConfig, build, row_log
 from data_builders.question_sets import QuestionsConfig, load_questions
 from data_builders.world import WorldConfig, build_world
 from inference.core.config import ConfigError
+from inference.core.generation import Generation
+from inference.core.question_set import QuestionSet
+from inference.core.record_log import FolderInUseError
 from inference.core.records import DataError, Passage
 from inference.core.retriever import Hit
 from inference.iter_retgen import IterRetGen, IterRetGenConfig
@@ -38,7 +41,7 @@ class FakeDense:
 
 class Echo:
     def generate(self, prompts):
-        return [f"Draft about {p.user.rsplit('Question: ', 1)[1]}" for p in prompts]
+        return [Generation(f"Draft about {p.user.rsplit('Question: ', 1)[1]}", 3, {}) for p in prompts]
 
 
 class StubReranker:
@@ -57,12 +60,12 @@ def world():
 
 def _models(world):
     retriever = FakeDense(world.passages)
-    loop = IterRetGen(retriever, Echo(), IterRetGenConfig(iterations=1, k=2))
+    loop = IterRetGen(retriever, Echo(), IterRetGenConfig(iterations=1, top_k=2))
     return retriever, loop, StubReranker()
 
 
 def _configs(out: Path, **kw):
-    qcfg = QuestionsConfig(questions="world:two_hop", shuffle_seed=0, start=0, end=5)
+    qcfg = QuestionsConfig(dataset="world-two-hop", shuffle_seed=0, start=0, limit=5)
     cfg = RetrievalAdaptDataConfig(out=str(out), num_candidates=4, batch_size=2, validation_fraction=0.4,
                                    show_progress=False, **kw)
     return qcfg, cfg
@@ -77,7 +80,8 @@ def test_rows_dataset_stats(world, tmp_path):
     assert len(row["candidate_ids"]) == len(row["candidate_positions"]) == len(row["teacher_scores"]) == 4
     assert [world.passages[p].id for p in row["candidate_positions"]] == row["candidate_ids"]
     assert row["y1"] == f"Draft about {row['question']}"
-    assert models[0].queries[2] == load_questions(qcfg)[0].question  # batch of 2: y1 queries, then candidates by q
+    first = load_questions(qcfg.question_set())[0].question
+    assert models[0].queries[2] == first  # batch of 2: y1 queries, then candidates by q
     assert stats["n_questions"] == 5 and stats["built_this_run"] == 5 and 0 <= stats["gold_in_candidates"] <= 1
     assert json.loads((tmp_path / "d" / "stats.json").read_text())["questions_sha256"] == stats["questions_sha256"]
     assert (tmp_path / "d" / "config.yaml").is_file() and (tmp_path / "d" / "dataset" / "dataset_dict.json").is_file()
@@ -87,7 +91,7 @@ def test_candidates_can_be_retrieved_with_y1(world, tmp_path):
     qcfg, cfg = _configs(tmp_path / "d", candidate_query="question_y1")
     models = _models(world)
     build(qcfg, cfg, models=models)
-    first = load_questions(qcfg)[0].question
+    first = load_questions(qcfg.question_set())[0].question
     assert f"Draft about {first} {first}" in models[0].queries
 
 
@@ -95,14 +99,14 @@ def test_resume_skips_done_ids_and_repairs_a_torn_line(world, tmp_path):
     qcfg, cfg = _configs(tmp_path / "d")
     build(qcfg, cfg, models=_models(world))
     log = tmp_path / "d" / "rows.jsonl"
-    full = read_rows(log)
+    full = row_log(tmp_path / "d").read()
     lines = log.read_text().splitlines(keepends=True)
     log.write_text("".join(lines[:3]) + lines[3][:40])  # a crash while writing row 4: row 5 never written
     models = _models(world)
     dataset, stats = build(qcfg, cfg, models=models)
     assert stats["built_this_run"] == 2
     assert models[2].seen == [full[3]["question"], full[4]["question"]]  # only the missing questions
-    assert read_rows(log) == full  # same rows, in the same order, the torn line gone
+    assert row_log(tmp_path / "d").read() == full  # same rows, in the same order, the torn line gone
     assert len(dataset["train"]) + len(dataset["validation"]) == 5
     again = _models(world)
     assert build(qcfg, cfg, models=again)[1]["built_this_run"] == 0 and again[2].seen == []
@@ -112,7 +116,8 @@ def test_resume_refuses_other_settings(world, tmp_path):
     qcfg, cfg = _configs(tmp_path / "d")
     build(qcfg, cfg, models=_models(world))
     build(qcfg, _configs(tmp_path / "d", rerank_batch_size=4)[1], models=_models(world))  # speed only: fine
-    with pytest.raises(ConfigError, match=r"other settings \(num_candidates\)"):
+    build(QuestionsConfig(dataset="world-two-hop", shuffle_seed=0, start=2, limit=2), cfg, models=_models(world))
+    with pytest.raises(FolderInUseError, match=r"rows made with other settings \(num_candidates: 4 -> 8\)"):
         build(qcfg, RetrievalAdaptDataConfig(out=str(tmp_path / "d"), num_candidates=8, batch_size=2,
                                              validation_fraction=0.4), models=_models(world))
 
@@ -136,16 +141,16 @@ def test_check_row_errors():
 
 
 def test_question_slices(world):
-    assert [e.id for e in load_questions(QuestionsConfig(end=3))] == [e.id for e in world.two_hop[:3]]
-    train = {e.id for e in load_questions(QuestionsConfig(shuffle_seed=0, end=100))}
-    held = {e.id for e in load_questions(QuestionsConfig(shuffle_seed=0, start=100))}
+    assert [e.id for e in load_questions(QuestionSet("world-two-hop", limit=3))] == [e.id for e in world.two_hop[:3]]
+    train = {e.id for e in load_questions(QuestionSet("world-two-hop", shuffle_seed=0, limit=100))}
+    held = {e.id for e in load_questions(QuestionSet("world-two-hop", shuffle_seed=0, start=100))}
     assert len(train) == 100 and len(held) == len(world.two_hop) - 100 and not train & held
-    with pytest.raises(ValueError, match="need 0 <= start < end"):
-        QuestionsConfig(start=5, end=5)
-    with pytest.raises(ValueError, match="world sets are"):
-        QuestionsConfig(questions="world:three_hop")
-    with pytest.raises(DataError, match="is empty"):
-        load_questions(QuestionsConfig(start=10_000))
+    with pytest.raises(ConfigError, match="limit must be >= 1"):
+        QuestionsConfig(start=5, limit=0)
+    with pytest.raises(ConfigError, match="not an embedded set; known: world-two-hop"):
+        QuestionsConfig(dataset="world-three-hop")
+    with pytest.raises(ConfigError, match="start 10000 is past the end of world-two-hop"):
+        load_questions(QuestionSet("world-two-hop", start=10_000))
 
 
 def test_config_validation():
@@ -158,9 +163,9 @@ def test_config_validation():
 def test_evaluate_report_with_fakes(world, tmp_path):
     passages = world.passages
     retrievers = {"base": FakeDense(passages), "adapted": FakeDense(passages[::-1])}
-    cfg = EvaluateAdaptedConfig(out=str(tmp_path), recall_ks=[1, 5], iterations=2, k=2, iter_retgen_limit=2,
+    cfg = EvaluateAdaptedConfig(out=str(tmp_path), recall_ks=[1, 5], iterations=2, top_k=2, iter_retgen_limit=2,
                                 iter_retgen_retrievers=["adapted"])
-    report = evaluate(QuestionsConfig(end=4), cfg, retrievers=retrievers, generator=Echo())
+    report = evaluate(QuestionsConfig(limit=4), cfg, retrievers=retrievers, generator=Echo())
     assert report["n_questions"] == 4 and report["n_iter_retgen"] == 2
     assert set(report["recall"]) == {"base", "adapted"} and set(report["recall"]["base"]) == {
         "recall@1", "recall@5", "answer_recall@1", "answer_recall@5"}
@@ -170,7 +175,7 @@ def test_evaluate_report_with_fakes(world, tmp_path):
     assert "| base | " in md and "| adapted | 2 |" in md
     records = [json.loads(line) for line in (tmp_path / "iter_retgen_adapted.jsonl").read_text().splitlines()]
     assert len(records) == 2 and len(records[0]["iterations"]) == 2
-    assert json.loads((tmp_path / "report.json").read_text())["k"] == 2
+    assert json.loads((tmp_path / "report.json").read_text())["top_k"] == 2
 
 
 def test_evaluate_config_validation():
@@ -189,7 +194,8 @@ def test_rows_log_torn_inside_a_multibyte_character(world, tmp_path):
     row = json.loads(lines[4])
     torn = (json.dumps({**row, "y1": "北京 " + row["y1"]}, ensure_ascii=False) + "\n").encode()
     log.write_bytes(b"".join(lines[:4]) + torn[:torn.index("北".encode()) + 1])
-    assert [r["question_id"] for r in read_rows(log)] == [json.loads(line)["question_id"] for line in lines[:4]]
+    kept = [r["question_id"] for r in row_log(tmp_path / "d").read()]
+    assert kept == [json.loads(line)["question_id"] for line in lines[:4]]
     models = _models(world)
     assert build(qcfg, cfg, models=models)[1]["built_this_run"] == 1
     assert models[2].seen == [row["question"]]
@@ -213,7 +219,7 @@ def test_locked_output_folder_fails_in_one_line_and_stale_lock_is_taken_over(wor
 
     out = tmp_path / "d"
     _lock(out, os.getppid())  # a live process holds the folder
-    assert run_cli(main, argv=["--out", str(out), "--end", "3", "--show_progress", "false"]) == 2
+    assert run_cli(main, argv=["--out", str(out), "--limit", "3", "--show_progress", "false"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "is being written" in err and err.count("\n") == 1
     assert sorted(p.name for p in out.iterdir()) == [".lock"]  # nothing written

@@ -9,6 +9,7 @@ import pytest
 
 from data_builders.distill_set import RetrievalAdaptDataConfig, build
 from data_builders.question_sets import QuestionsConfig, load_questions
+from inference.core.question_set import QuestionSet
 from retrieval_adapt.dense import DenseRetriever
 from retrieval_adapt.distill import DistillConfig, train
 from retrieval_adapt.encoders import MeanPoolingEncoder
@@ -17,16 +18,16 @@ from retrieval_adapt.evaluate_adapted import EvaluateAdaptedConfig, evaluate
 
 @pytest.mark.slow
 def test_pipeline_with_real_models(tmp_path):
-    train_q = QuestionsConfig(questions="world:two_hop", end=3)
-    held_q = QuestionsConfig(questions="world:two_hop", start=3, end=5)
+    train_q = QuestionsConfig(dataset="world-two-hop", limit=3)
+    held_q = QuestionsConfig(dataset="world-two-hop", start=3, limit=2)
     from data_builders.world import WorldConfig, build_world
 
     world = build_world(WorldConfig(seed=0))
-    gold = {p.id: p for ex in load_questions(QuestionsConfig(end=5)) for p in ex.gold_passages}
+    gold = {p.id: p for ex in load_questions(QuestionSet("world-two-hop", limit=5)) for p in ex.gold_passages}
     corpus = list(gold.values()) + [p for p in world.passages if p.id not in gold][:10]  # small: fast to encode
     DenseRetriever.build(corpus, MeanPoolingEncoder.from_name("minilm"), show_progress=False).save(tmp_path / "index")
 
-    data_cfg = RetrievalAdaptDataConfig(index_dir=str(tmp_path / "index"), num_candidates=4, k=2, max_new_tokens=12,
+    data_cfg = RetrievalAdaptDataConfig(index_dir=str(tmp_path / "index"), num_candidates=4, top_k=2, max_new_tokens=12,
                                         out=str(tmp_path / "data"), validation_fraction=0.34, show_progress=False)
     dataset, stats = build(train_q, data_cfg)
     assert (len(dataset["train"]), len(dataset["validation"])) == (2, 1)
@@ -40,7 +41,7 @@ def test_pipeline_with_real_models(tmp_path):
 
     report = evaluate(held_q, EvaluateAdaptedConfig(index_dir=str(tmp_path / "index"),
                                                     query_encoder=str(tmp_path / "distill" / "query_encoder"),
-                                                    out=str(tmp_path / "eval"), recall_ks=[1, 5], iterations=2, k=2,
+                                                    out=str(tmp_path / "eval"), recall_ks=[1, 5], iterations=2, top_k=2,
                                                     max_new_tokens=12))
     assert set(report["recall"]) == {"base", "adapted"} and "recall@5" in report["recall"]["base"]
     curves = report["iter_retgen"]["curves"]

@@ -9,7 +9,7 @@ import pytest
 from data_builders.readers import write_qa_jsonl
 from inference import evaluate as ev
 from inference.core.config import ConfigError, parse_config
-from inference.core.records import QAExample
+from inference.core.records import PredictionRecord, QAExample
 from inference.core.scoring import score_record, summarise
 from inference.engine import EngineConfig
 from inference.gate_eval import GateMethodConfig
@@ -17,8 +17,9 @@ from inference.methods import MethodConfig
 from inference.prompts import PromptConfig
 
 
-def _rec(output: str, answers: list) -> dict:
-    return {"output": output, "answers": answers, "retrievals": [], "generated_tokens": 1, "seconds": 0.0}
+def _rec(output: str, answers: list) -> PredictionRecord:
+    return PredictionRecord("q", "?", answers, output, [], llm_forward_passes=1, generated_tokens=1,
+                            batch_mean_seconds=0.0)
 
 
 def test_summarise_records_official_by_default_and_robust_on_request():
@@ -49,8 +50,8 @@ def test_evaluate_writes_answer_normalisation(tmp_path, monkeypatch):
     write_qa_jsonl([QAExample("q0", "Which cities?", ["Paris Lyon"])], data)
 
     def run(examples):
-        return [{"id": e.id, "question": e.question, "answers": e.answers, "output": "So the answer is Paris – Lyon.",
-                 "retrievals": [], "llm_forward_passes": 1, "generated_tokens": 1, "seconds": 0.0} for e in examples]
+        return [PredictionRecord(e.id, e.question, e.answers, "So the answer is Paris – Lyon.", [],
+                                 llm_forward_passes=1, generated_tokens=1, batch_mean_seconds=0.0) for e in examples]
 
     monkeypatch.setattr(ev, "make_runner", lambda *a: run)
     monkeypatch.setattr(ev, "check_resources", lambda *a: None)  # no model or index is opened by the fake runner

@@ -13,6 +13,7 @@ import yaml
 from inference import evaluate as ev
 from inference import knobs, sweep
 from inference.core.config import ConfigError, config_dict, run_cli, save_config
+from inference.core.records import PredictionRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 TYPES = (ev.EvalConfig, ev.MethodConfig, ev.PromptConfig, ev.EngineConfig, ev.GateMethodConfig)
@@ -65,6 +66,14 @@ def test_gate_knobs_follow_the_gate_and_its_inner_method():
     assert [p.name for p in one] == ["default"]
 
 
+def test_top_k_is_the_gates_context_depth_where_that_prompt_runs():
+    grid = {"method": ["nr", "ar"], "top_k": [1, 2]}
+    names = [p.name for p in sweep.expand(defaults(output_dir="o"), grid, TYPES)]
+    assert names == ["method=nr", "method=ar,top_k=1", "method=ar,top_k=2"]  # NR asks no context prompt
+    names = [p.name for p in sweep.expand(defaults(output_dir="o", gate_all_answers=True), grid, TYPES)]
+    assert names == ["method=nr,top_k=1", "method=nr,top_k=2", "method=ar,top_k=1", "method=ar,top_k=2"]
+
+
 def test_every_method_and_gate_knob_has_a_rule():
     """A new knob must say which methods read it: otherwise a sweep over it runs duplicates or merges runs."""
     method_knobs = {f.name for f in dataclasses.fields(ev.MethodConfig)} - {"method"}
@@ -105,6 +114,12 @@ def test_folder_names_are_clean_and_distinct():
         sweep.expand(defaults(output_dir="o"), {"model": ["a/b", "a_b"]}, TYPES)
 
 
+def prediction_line(question_id: str) -> str:
+    rec = PredictionRecord(question_id, "?", ["a"], "a", [], llm_forward_passes=1, generated_tokens=1,
+                           batch_mean_seconds=0.0)
+    return json.dumps(rec.to_dict()) + "\n"
+
+
 def fake_evaluate(calls: list[str], ids=sweep.dataset_ids):
     """Writes what evaluate writes (config.yaml, predictions, metrics.json) without a model."""
     def run(cfg, method, prompt, engine, gate):
@@ -112,7 +127,7 @@ def fake_evaluate(calls: list[str], ids=sweep.dataset_ids):
         out = Path(cfg.output_dir)
         save_config(out / "config.yaml", cfg, method, prompt, engine, gate)
         done = ids(config_dict(cfg, method, prompt, engine, gate))
-        (out / "predictions.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in done))
+        (out / "predictions.jsonl").write_text("".join(prediction_line(i) for i in done))
         metrics = {"n": len(done), "em": 0.5, "f1": 0.6, "acc": 0.7, "retrieval_calls": 1.0, "method": method.method}
         (out / "metrics.json").write_text(json.dumps(metrics))
         return metrics
@@ -134,7 +149,7 @@ def test_finished_points_are_skipped(tmp_path):
     sweep.run_sweep(points, TYPES, fake_evaluate(calls, ids), ids, log=lambda m: None)
     assert len(calls) == 3  # all finished: nothing ran again
     # a point missing a prediction is handed to evaluate (which resumes it)
-    (tmp_path / "method=wo-rag" / "predictions.jsonl").write_text('{"id": "q0"}\n')
+    (tmp_path / "method=wo-rag" / "predictions.jsonl").write_text(prediction_line("q0"))
     sweep.run_sweep(points, TYPES, fake_evaluate(calls, ids), ids, log=lambda m: None)
     assert calls[3:] == ["method=wo-rag"]
     # other settings (evaluate then refuses or resumes the folder) or more questions: handed to evaluate again
@@ -143,6 +158,17 @@ def test_finished_points_are_skipped(tmp_path):
     more = sweep.expand(defaults(output_dir=str(tmp_path), limit=3), grid, TYPES)
     sweep.run_sweep(more, TYPES, fake_evaluate(calls, ids), ids, log=lambda m: None)
     assert len(calls) == 8
+
+
+def test_done_ids_read_the_predictions_through_the_record_log(tmp_path):
+    """The sweep counts a point's finished questions with the evaluation's own reader: a torn last line (a kill
+    mid-write) is not a finished question and is cut, as the evaluation that resumes the folder would cut it."""
+    whole = prediction_line("q0") + prediction_line("q1")
+    torn = prediction_line("q2").replace('"output": "a"', '"output": "Zürich"').encode()
+    (tmp_path / "predictions.jsonl").write_bytes(whole.encode() + torn[:torn.index("ü".encode()) + 1])
+    (tmp_path / "predictions.rank1.jsonl").write_text(prediction_line("q3"))
+    assert sweep._done_ids(tmp_path) == {"q0", "q1", "q3"}
+    assert (tmp_path / "predictions.jsonl").read_text() == whole
 
 
 def test_is_finished_ignores_scheduling_settings(tmp_path):

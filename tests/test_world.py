@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from data_builders.common_knowledge import common_knowledge_examples, common_knowledge_passages
+from data_builders.common_knowledge import common_knowledge_examples
 from data_builders.world import World, WorldConfig, build_world, main, scale_passages, write_world
 from data_builders.world_names import NameGen
 from inference.core.records import Passage, QAExample
@@ -24,6 +24,10 @@ def world() -> World:
 def _dump(world: World) -> list:
     return [[p.to_dict() for p in world.passages],
             [q.to_dict() for q in world.single_hop + world.two_hop + world.common_knowledge]]
+
+
+def _common_knowledge_passages() -> list[Passage]:
+    return [ex.gold_passages[0] for ex in common_knowledge_examples()]
 
 
 def _questions(world: World) -> list[QAExample]:
@@ -53,7 +57,7 @@ def test_ids_and_names_unique(world):
     assert len(qids) == len(set(qids))
     names = [e.name.lower() for e in world.entities]
     assert len(names) == len(set(names))
-    assert {p.title.lower() for p in common_knowledge_passages()}.isdisjoint(names)
+    assert {p.title.lower() for p in _common_knowledge_passages()}.isdisjoint(names)
     assert re.fullmatch(r"world-p-\d{5}", world.passages[12].id)
     assert world.single_hop[3].id == "world-q-single-0003"
 
@@ -160,7 +164,7 @@ def test_common_knowledge():
 
 def test_common_knowledge_passages_are_in_the_world(world):
     ids = {p.id for p in world.passages}
-    assert {p.id for p in common_knowledge_passages()} <= ids
+    assert {p.id for p in _common_knowledge_passages()} <= ids
     assert [q.to_dict() for q in world.common_knowledge] == [q.to_dict() for q in common_knowledge_examples()]
     assert build_world(WorldConfig(include_common=False)).common_knowledge == []
 
@@ -216,6 +220,18 @@ def test_write_world_round_trips(world, tmp_path):
         cls = Passage if name == "corpus" else QAExample
         assert [cls.from_dict(json.loads(line)) for line in lines] == expected
     assert json.loads((out / "world_config.json").read_text())["seed"] == 0
+
+
+def test_write_world_bytes_are_one_json_object_per_line(world, tmp_path):
+    """write_world goes through readers' atomic JSONL writers; the files keep their exact bytes (non-ASCII kept
+    as is, one ``json.dumps`` per line) and no temporary file is left beside them."""
+    out = write_world(world, tmp_path / "w")
+    files = {"corpus": world.passages, "single_hop": world.single_hop, "two_hop": world.two_hop,
+             "common_knowledge": world.common_knowledge}
+    for name, rows in files.items():
+        expected = "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
+        assert (out / f"{name}.jsonl").read_bytes() == expected, name
+    assert sorted(p.name for p in out.iterdir()) == sorted([f"{n}.jsonl" for n in files] + ["world_config.json"])
 
 
 def test_cli_writes_the_world(tmp_path, capsys):

@@ -25,8 +25,10 @@ AR-LLM: the gold passage in the context prompt -> gold answer), same recipe, eac
 Stages, each resumable: (1) Algorithm 1 into ``data_dir`` (closed-book answers already in
 ``closed_book.jsonl`` are not asked again); (2) fine-tuning into ``output_dir`` (resumes from its last
 checkpoint; writes adapter, tokenizer, ``config.yaml``, ``data_stats.json``, ``train_results.json``);
-(3) with ``evaluate: true``, the held-out comparison: a table is printed and ``output_dir/eval/`` gets the
-per-question records, ``summary.json`` and ``table.txt``.
+(3) with ``evaluate: true``, the held-out comparison, through the evaluate command's own path: a table is printed
+and ``output_dir/eval/`` gets what any evaluation folder holds (``predictions.jsonl`` with every question's three
+answers, ``metrics.json``, ``config.yaml``) plus ``summary.json`` and ``table.txt`` (NR / AR / ADAPT-LLM decided
+from those answers, and the ``<RET>`` threshold sweep).
 """
 
 from __future__ import annotations
@@ -43,29 +45,32 @@ import yaml
 if __package__ in (None, ""):  # run as a file: make the repository root importable without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data_builders.adapt_llm import AdaptDataConfig  # noqa: E402
+from data_builders.adapt_llm import (  # noqa: E402
+    AdaptDataConfig,
+    build_adapt_dataset,
+    check_data_dir_mode,
+    load_adapt_dataset,
+)
+from data_builders.question_sets import check_dataset  # noqa: E402
+from inference.core.cards import push_to_hub, write_adapter_card  # noqa: E402
+from inference.core.config import ConfigError, parse_config, run_cli  # noqa: E402
+from inference.core.wandb_logging import log_run  # noqa: E402
+from inference.eval_checks import check_model_name, check_output_dir  # noqa: E402
 from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig  # noqa: E402
 
 DEMO_CONFIG = Path(__file__).resolve().parent / "configs" / "adapt_llm_demo_cpu.yaml"
-logger = logging.getLogger("adapt_llm")
 
 
 def parse(argv: list[str]) -> tuple[AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig]:
-    from inference.core.config import parse_config
-
     return parse_config((AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig), argv or [str(DEMO_CONFIG)],
                         prog="training/adapt_llm.py")
 
 
 def build_data(data_cfg: AdaptDataConfig, state):
     """Algorithm 1 on the main process only (one model answers closed-book); the others load its output."""
-    from data_builders.adapt_llm import build_adapt_dataset, load_adapt_dataset
-
     if state.is_main_process:
         build_adapt_dataset(data_cfg)
         if data_cfg.push_dataset_to_hub:
-            from inference.core.cards import push_to_hub
-
             push_to_hub(data_cfg.data_dir, data_cfg.push_dataset_to_hub, repo_type="dataset")
     state.wait_for_everyone()
     return load_adapt_dataset(data_cfg.data_dir)
@@ -75,13 +80,8 @@ def check_inputs(data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, eval_cf
     """Everything the job reads or writes, checked before any model loads: a mistake ends in one line at once,
     not after Algorithm 1 and training. The base model's name, the training questions' file, the output
     folders, a 4-/8-bit request without CUDA, and with ``evaluate: true`` the evaluation's questions and index."""
-    from data_builders.adapt_llm import check_data_dir_mode
-    from inference.core.config import ConfigError
-    from inference.eval_checks import check_model_name, check_output_dir
-
     check_model_name(data_cfg.base_model, flag="--base_model")
-    if data_cfg.source != "world" and not Path(data_cfg.source).is_file():
-        raise ConfigError(f"--source {data_cfg.source}: no such file (a QA file with gold passages, or 'world')")
+    check_dataset(data_cfg.question_set(), data_cfg.dataset_format)
     for flag, folder in (("--data_dir", data_cfg.data_dir), ("--output_dir", train_cfg.output_dir)):
         try:
             check_output_dir(folder)
@@ -103,7 +103,8 @@ def evaluate(data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, eval_cfg: A
     from training.adapt_llm_eval import evaluate_gate, load_for_eval
 
     model, tokenizer = load_for_eval(train_cfg.output_dir)
-    return evaluate_gate(model, tokenizer, data_cfg, eval_cfg, Path(train_cfg.output_dir) / "eval")
+    return evaluate_gate(model, tokenizer, data_cfg, eval_cfg, Path(train_cfg.output_dir) / "eval",
+                         model_dir=train_cfg.output_dir)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -122,8 +123,6 @@ def main(argv: list[str] | None = None) -> None:
     timings["data_s"] = time.time() - start
     state.print(f"Algorithm 1 data: train {len(dsd['train'])}, validation {len(dsd['validation'])} instances")
     if state.is_main_process and train_cfg.report_to == "wandb":
-        from inference.core.wandb_logging import log_run
-
         stats = json.loads((Path(data_cfg.data_dir) / "stats.json").read_text())
         log_run("wandb", job="algorithm1", name=Path(data_cfg.data_dir).name, config=asdict(data_cfg),
                 metrics={k: v for k, v in stats.items() if k != "by_group"})
@@ -142,8 +141,6 @@ def main(argv: list[str] | None = None) -> None:
             print(f"\nThis model was trained as the paper's {data_cfg.mode.upper()}-LLM: its "
                   f"{'NR' if data_cfg.mode == 'nr' else 'AR'} row is the baseline to compare with ADAPT-LLM.")
         print("\nThreshold rule on p(<RET> first), re-decided offline:\n" + result["sweep_table"])
-        from inference.core.cards import write_adapter_card
-
         out = Path(train_cfg.output_dir)
         write_adapter_card(out, yaml.safe_load((out / "config.yaml").read_text()),
                            {**metrics, "held_out": result["summaries"]}, repo_id=train_cfg.push_to_hub)
@@ -152,12 +149,8 @@ def main(argv: list[str] | None = None) -> None:
         (Path(train_cfg.output_dir) / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
         print("\nwall time: " + ", ".join(f"{k[:-2]} {v:.0f}s" for k, v in timings.items()))
         if train_cfg.push_to_hub:
-            from inference.core.cards import push_to_hub
-
             print("pushed to " + str(push_to_hub(train_cfg.output_dir, train_cfg.push_to_hub, repo_type="model")))
 
 
 if __name__ == "__main__":
-    from inference.core.config import run_cli
-
     sys.exit(run_cli(main))

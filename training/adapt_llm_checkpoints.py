@@ -19,6 +19,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from inference.core.config import ConfigError
+
 logger = logging.getLogger(__name__)
 
 TRAINER_STATE = "trainer_state.json"
@@ -77,8 +79,6 @@ def resolve_checkpoint(setting: str, output_dir: str) -> str | None:
 def check_resumable(output_dir: str | Path, current: dict[str, Any]) -> None:
     """Refuse to continue checkpoints that were written with another recipe (``config.yaml`` in output_dir)."""
     import yaml
-
-    from inference.core.config import ConfigError
 
     saved_path = Path(output_dir) / "config.yaml"
     if not saved_path.is_file():

@@ -7,7 +7,10 @@ them all; defaults are the paper's recipe (ADAPT-LLM's ``train.py`` on alpaca-lo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
+
+from inference.core.cards import check_repo_id
+from inference.core.question_set import QuestionSet
 
 RetTokenTraining = Literal["trainable_tokens", "modules_to_save"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
@@ -87,7 +90,6 @@ class AdaptTrainConfig:
         if self.eval_steps is not None and self.eval_steps <= 0:
             raise ValueError(f"eval_steps must be > 0 or null, got {self.eval_steps}")
         if self.push_to_hub is not None:
-            from inference.core.cards import check_repo_id
 
             check_repo_id(self.push_to_hub)
 
@@ -97,19 +99,29 @@ class AdaptEvalConfig:
     """After training: NR vs AR vs ADAPT-LLM on questions never used in training (the world's held-out part)."""
 
     evaluate: bool = True
-    eval_source: str = "world_heldout"  # or a QA file (read_qa)
-    eval_format: str | None = None
+    # The evaluation's questions (a QuestionSet): the world's held-out part (needs dataset world-adapt-train) or a
+    # QA file (read_qa)
+    eval_dataset: str = "world-adapt-heldout"
+    eval_dataset_format: str | None = None
+    eval_split: str | None = None  # a hub dataset's split (eval_dataset_format hf)
+    eval_start: int = 0
     eval_limit: int | None = None
+    eval_shuffle_seed: int | None = None  # null: the set's order
     eval_index: str = "world"  # "world": BM25 over the world's passages; else an index folder (load_retriever)
-    eval_k: int = 1  # passages in the context prompt (training showed one gold passage)
+    top_k: int = 1  # passages in the context prompt (training showed one gold passage)
     eval_batch_size: int = 16
     eval_max_new_tokens: int = 20  # the authors' evaluation
     gate_rule: Literal["token", "threshold"] = "token"
     ret_threshold: float = 0.5
     sweep_thresholds: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9])
 
+    RENAMED: ClassVar[dict[str, str]] = {
+        "eval_source": "eval_dataset (world_heldout is now world-adapt-heldout)", "eval_format": "eval_dataset_format",
+        "eval_k": "top_k (passages in the context prompt)"}
+
     def __post_init__(self) -> None:
-        if self.eval_k < 1 or self.eval_batch_size < 1 or self.eval_max_new_tokens < 1:
-            raise ValueError("eval_k, eval_batch_size and eval_max_new_tokens must be >= 1")
+        QuestionSet.of(self, prefix="eval_")  # an old name, a bad slice: one line now
+        if self.top_k < 1 or self.eval_batch_size < 1 or self.eval_max_new_tokens < 1:
+            raise ValueError("top_k, eval_batch_size and eval_max_new_tokens must be >= 1")
         if not all(0.0 <= t <= 1.0 for t in self.sweep_thresholds):
             raise ValueError(f"sweep_thresholds must lie in [0, 1], got {self.sweep_thresholds}")

@@ -17,8 +17,6 @@ from datasets import Dataset
 
 from inference.core.tokenization import batch_prompt_ids
 
-TOKENIZED_COLUMNS = ("input_ids", "completion_mask")
-
 
 def completion_token_ids(tokenizer: Any, prompt: str, completion: str, prompt_tokens: list[int] | None = None,
                          joint_tokens: list[int] | None = None) -> list[int]:

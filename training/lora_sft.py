@@ -33,7 +33,9 @@ from datasets import DatasetDict
 
 from data_builders.adapt_llm import AdaptDataConfig
 from data_builders.adapt_llm_prompts import RET_TOKEN
+from inference.core import models
 from inference.core.cards import EMBEDDED_HUB_IDS, write_adapter_card
+from inference.core.config import config_dict
 from inference.core.record_log import FolderLock
 from inference.core.wandb_logging import configure_wandb
 from training.adapt_llm_checkpoints import (  # noqa: F401  (RESUME_KEYS: re-exported)
@@ -47,6 +49,7 @@ from training.adapt_llm_checkpoints import (  # noqa: F401  (RESUME_KEYS: re-exp
 )
 from training.adapt_llm_config import AdaptTrainConfig
 from training.adapt_llm_tokens import tokenize_split
+from training.varlen_attention import use_for_padding_free
 
 logger = logging.getLogger(__name__)
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -126,12 +129,10 @@ def loadable_base(name: str) -> str:
     project: an embedded model by the hub id of the same model (``smollm2-135m`` ->
     ``HuggingFaceTB/SmolLM2-135M-Instruct``), a local folder or ``.gguf`` by the absolute path of the model folder
     transformers reads (a ``.gguf``'s converted folder), a hub id as it is."""
-    from inference.core.models import EMBEDDED_LMS, resolve_model
-
-    if name in EMBEDDED_LMS:
+    if name in models.EMBEDDED_LMS:
         return EMBEDDED_HUB_IDS[name]
     if Path(name).expanduser().exists():
-        return str(Path(resolve_model(name)).resolve())
+        return str(Path(models.resolve_model(name)).resolve())
     return name
 
 
@@ -145,9 +146,7 @@ def project_base(name: str) -> str:
 def record_adapter_base(folder: str | Path, base_name: str) -> None:
     """Write ``adaptive_rag.json`` beside an adapter: :func:`inference.core.models.adapter_base` loads the adapter on
     this base (the embedded weights it was trained on) rather than on ``adapter_config.json``'s hub id."""
-    from inference.core.models import ADAPTER_BASE_FILE
-
-    (Path(folder) / ADAPTER_BASE_FILE).write_text(json.dumps({"base_model": project_base(base_name)}, indent=2)
+    (Path(folder) / models.ADAPTER_BASE_FILE).write_text(json.dumps({"base_model": project_base(base_name)}, indent=2)
                                                   + "\n")
 
 
@@ -255,8 +254,6 @@ def check_adapter(output_dir: str | Path, cfg: AdaptTrainConfig,
 
 def _write_outputs(output_dir: Path, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, extra: Any) -> None:
     """Resolved config (with the data's source hash, which resuming checks) and the dataset stats."""
-    from inference.core.config import config_dict
-
     output_dir.mkdir(parents=True, exist_ok=True)
     stats_path = Path(data_cfg.data_dir) / "stats.json"
     stats = json.loads(stats_path.read_text()) if stats_path.is_file() else {}
@@ -315,19 +312,25 @@ def release_memory() -> None:
         trim(0)
 
 
+def load_base_model(name: str, train_cfg: AdaptTrainConfig, device: str) -> tuple[Any, Any]:
+    """The base model to train, in the recipe's precision, and its tokenizer. With ``padding_free`` on a CPU the
+    model attends with ``sdpa_varlen`` (:func:`training.varlen_attention.use_for_padding_free`: SDPA per instance of
+    the flattened row, where plain SDPA would score the whole row); otherwise its attention is left as loaded."""
+    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(_precision(train_cfg), "float32")
+    model, tokenizer = models.load_causal_lm(name, models.ModelOptions(
+        dtype=dtype, device=device, load_in_4bit=train_cfg.load_in_4bit, load_in_8bit=train_cfg.load_in_8bit))
+    use_for_padding_free(model, train_cfg.padding_free)
+    return model, tokenizer
+
+
 def _train_locked(state: Any, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, dsd: DatasetDict,
                   extra_configs: tuple) -> dict[str, Any]:
     from trl import SFTTrainer
 
-    from inference.core.models import ModelOptions, load_causal_lm
-
     out = Path(train_cfg.output_dir)
     resume = _start_output(state.is_main_process, data_cfg, train_cfg, extra_configs)
     configure_wandb(train_cfg.report_to)
-    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(_precision(train_cfg), "float32")
-    model, tokenizer = load_causal_lm(data_cfg.base_model, ModelOptions(
-        dtype=dtype, device=str(state.device), load_in_4bit=train_cfg.load_in_4bit,
-        load_in_8bit=train_cfg.load_in_8bit))
+    model, tokenizer = load_base_model(data_cfg.base_model, train_cfg, str(state.device))
     ret_id = add_ret_token(tokenizer, model)
     ret_modules = ret_token_modules(model)
     model = build_peft_model(model, train_cfg, ret_id, data_cfg.base_model)

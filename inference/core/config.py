@@ -14,15 +14,19 @@ import re
 import sys
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
-T = TypeVar("T")
+from inference.core.records import DataError
 
 
 class ConfigError(ValueError):
     """A configuration file or override that names a field wrongly or has a bad value."""
+
+
+class ModelNotFoundError(OSError):
+    """A model name that is neither embedded, nor a local folder, nor reachable on the hub."""
 
 
 def yaml_error_line(path: str | Path, err: yaml.YAMLError) -> str:
@@ -65,16 +69,29 @@ def parse_config(types: tuple[type, ...], argv: list[str] | None = None, *, prog
         path = argv.pop(0)
         data = _load_yaml(path)
         known = {f.name for t in types for f in dataclasses.fields(t)}
+        refuse_renamed(types, data, where=f"{path}: ")
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"{path}: unknown field(s) {', '.join(unknown)}; "
                               f"known fields: {', '.join(sorted(known))}")
         # YAML values become the defaults; flags on the command line still win.
         parser.set_defaults(**data)
+    refuse_renamed(types, [a[2:].split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--")], flag="--")
     try:
         return tuple(parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=False))
     except ValueError as err:  # raised by a dataclass __post_init__
         raise ConfigError(str(err)) from err
+
+
+def refuse_renamed(types: tuple[type, ...], names, *, where: str = "", flag: str = "") -> None:
+    """A field that was renamed fails with one line naming its new name. Each dataclass lists its old names in a
+    ``RENAMED`` class attribute: ``{"end": "limit (the number of questions from start)"}``, the value starting with
+    the new field's name."""
+    known = {f.name for t in types for f in dataclasses.fields(t)}
+    renamed = {old: new for t in types for old, new in getattr(t, "RENAMED", {}).items() if old not in known}
+    hits = [name for name in names if name in renamed]
+    if hits:
+        raise ConfigError(where + "; ".join(f"{flag}{old} was renamed: use {flag}{renamed[old]}" for old in hits))
 
 
 def first_line(doc: str | None) -> str | None:
@@ -262,12 +279,9 @@ def run_cli(main, *, argv: list[str] | None = None, resume_hint: str = DEFAULT_R
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
-    """The exceptions that are a user's mistake. ``ModelNotFoundError`` counts only once ``inference.core.models`` was
-    imported (nothing else can raise it), so ``--help`` and a bad flag never pay for importing torch."""
-    from inference.core.records import DataError  # FolderInUseError (a locked or mismatched folder) is one
-
-    models = sys.modules.get("inference.core.models")
-    return (ConfigError, DataError, *_PATH_ERRORS, *((models.ModelNotFoundError,) if models else ()))
+    """The exceptions that are a user's mistake (``DataError`` includes FolderInUseError: a locked or mismatched
+    folder)."""
+    return (ConfigError, DataError, ModelNotFoundError, *_PATH_ERRORS)
 
 
 def one_line(text: str) -> str:

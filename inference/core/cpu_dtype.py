@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from inference.core.config import ConfigError
+
 logger = logging.getLogger(__name__)
 
 ENV_VAR = "ADAPTIVE_RAG_CPU_DTYPE"
@@ -141,8 +143,6 @@ def decide(flags: tuple[str, ...], capability: str, probe: Callable[[], ProbeRes
     if override in ("bfloat16", "bf16"):
         return CpuDtypeDecision(torch.bfloat16, f"{ENV_VAR}={override}", flags, capability)
     if override != "auto":
-        from inference.core.config import ConfigError
-
         raise ConfigError(f"{ENV_VAR} must be auto, float32 or bfloat16, got '{override}'")
     if not flags:
         return CpuDtypeDecision(torch.float32, "no native bf16 (no avx512_bf16, amx_bf16 or bf16 flag)", flags,

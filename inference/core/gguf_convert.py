@@ -20,6 +20,7 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from inference.core.models import ModelNotFoundError, cache_dir
+from inference.core.config import ModelNotFoundError
 from inference.core.progress import interactive, library_bars_quiet
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,14 @@ logger = logging.getLogger(__name__)
 #: Bump when the written folder changes, so that caches made by an older converter are rebuilt.
 CONVERTER_VERSION = 1
 SHARD_BYTES = 256 * 2**20
+
+
+def cache_dir() -> Path:
+    """Where converted embedded models live: ``$ADAPTIVE_RAG_CACHE`` or ``~/.cache/adaptive_rag``."""
+    root = os.environ.get("ADAPTIVE_RAG_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "adaptive_rag"
+    )
+    return Path(root)
 
 
 def gguf_cache_folder(gguf: Path) -> Path:

