@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from conftest import tiny_llama
 
+from inference.prompts import PromptBuilder
+
 
 def scripted_llama(tokenizer, script: str, *, strength: float = 2.0):
     """A model that writes ``script`` over and over, starting after its last token (tokens must be distinct)."""
@@ -32,3 +34,15 @@ def scripted_llama(tokenizer, script: str, *, strength: float = 2.0):
             model.model.embed_tokens.weight[tok, k] = 1.0
             model.lm_head.weight[ids[(k + 1) % len(ids)], k] = strength
     return model
+
+
+class CountingPrompts(PromptBuilder):
+    """Remembers how many documents each round's prompt carried."""
+
+    def __init__(self, tokenizer, cfg):
+        super().__init__(tokenizer, cfg)
+        self.doc_counts: list[int] = []
+
+    def build(self, question, docs, prior=""):
+        self.doc_counts.append(len(docs))
+        return super().build(question, docs, prior)

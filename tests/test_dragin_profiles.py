@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from scripted_lm import scripted_llama
+from scripted_lm import CountingPrompts, scripted_llama
 
 from data_builders.readers import write_qa_jsonl
 from inference import evaluate as ev
@@ -22,20 +22,10 @@ SCRIPT = " Osk founded Kelmora. Then he left:"  # the paper prompt ends with "An
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class SpyPrompts(PromptBuilder):
-    """Remembers how many documents each round's prompt carried."""
-
-    def __init__(self, tokenizer, cfg):
-        super().__init__(tokenizer, cfg)
-        self.doc_counts: list[int] = []
-
-    def build(self, question, docs, prior=""):
-        self.doc_counts.append(len(docs))
-        return super().build(question, docs, prior)
 
 
 def run(tokenizer, method: MethodConfig, fake_retriever, *, script=SCRIPT, max_new_tokens=30):
-    prompts = SpyPrompts(tokenizer, PromptConfig(prompt_style="paper", num_demos=1))
+    prompts = CountingPrompts(tokenizer, PromptConfig(prompt_style="paper", num_demos=1))
     engine = DynamicRAGEngine(scripted_llama(tokenizer, script), tokenizer, fake_retriever, prompts, method,
                               EngineConfig(batch_size=2, max_new_tokens=max_new_tokens))
     [record] = engine.run([QAExample("q", "Who founded Kelmora?", ["Osk"])], show_progress=False)

@@ -21,7 +21,7 @@ import math
 import pytest
 import torch
 from conftest import FakeRetriever
-from scripted_lm import scripted_llama
+from scripted_lm import CountingPrompts, scripted_llama
 
 from inference.core.records import QAExample
 from inference.core.tokenization import prompt_ids
@@ -72,16 +72,6 @@ def model(smol_tokenizer):
     return script_model(smol_tokenizer)
 
 
-class CountingPrompts(PromptBuilder):
-    """Remembers how many documents each round's prompt carried."""
-
-    def __init__(self, tokenizer, cfg):
-        super().__init__(tokenizer, cfg)
-        self.doc_counts: list[int] = []
-
-    def build(self, question, docs, prior=""):
-        self.doc_counts.append(len(docs))
-        return super().build(question, docs, prior)
 
 
 def field(obj, name):
