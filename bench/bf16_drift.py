@@ -14,13 +14,11 @@ prints what ``dtype="auto"`` decides on this CPU (``inference/core/cpu_dtype.py`
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import time
-from pathlib import Path
 
 import torch
+from common import add_json_arg, add_threads_arg, load_1min, set_threads, write_json
 
 
 def common_words(a: dict, b: dict) -> tuple[list[tuple[dict, dict]], bool]:
@@ -77,22 +75,23 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--profile", default="paper", choices=["paper", "reference"], help="--dragin_profile")
     parser.add_argument("--pairs", type=int, default=2, help="A B rounds; medians over them")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--json", default=None, help="write the figures here as a flat JSON object")
+    add_threads_arg(parser)
+    add_json_arg(parser)
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
 
+    from data_builders.question_sets import load_questions
     from inference.core.cpu_dtype import cpu_auto_decision
     from inference.core.models import ModelOptions, load_causal_lm
+    from inference.core.question_set import QuestionSet
     from inference.engine import DynamicRAGEngine, EngineConfig
-    from inference.eval_data import load_eval_retriever, load_examples
+    from inference.eval_data import load_eval_retriever
     from inference.methods import MethodConfig
     from inference.prompts import PromptBuilder, PromptConfig
 
     decision = cpu_auto_decision()
     print(decision.describe())
-    examples = load_examples(args.dataset, limit=args.questions)
+    examples = load_questions(QuestionSet(args.dataset, limit=args.questions))
     retriever = load_eval_retriever(None, args.dataset)
     models = {d: load_causal_lm(args.model, ModelOptions(dtype=d, device="cpu")) for d in ("float32", "bfloat16")}
     tokenizer = models["float32"][1]
@@ -103,11 +102,11 @@ def main() -> None:
     records: dict[str, list[dict]] = {}
     loads = []
     for _ in range(args.pairs):
-        loads.append(round(os.getloadavg()[0], 2))
+        loads.append(load_1min())
         for dtype, (model, tok) in models.items():
             engine = DynamicRAGEngine(model, tok, retriever, prompts, method, cfg)
             start = time.perf_counter()
-            records[dtype] = engine.run(examples, show_progress=False)
+            records[dtype] = [r.to_dict() for r in engine.run(examples, show_progress=False)]
             times[dtype].append(time.perf_counter() - start)
             model.set_attn_implementation("sdpa")
         print(f"  fp32 {times['float32'][-1]:.1f}s  bf16 {times['bfloat16'][-1]:.1f}s  load {loads[-1]}", flush=True)
@@ -119,7 +118,7 @@ def main() -> None:
                "threads": torch.get_num_threads(), "theta": args.theta, "profile": args.profile,
                "fp32_seconds": fp32_s,
                "bf16_seconds": bf16_s, "fp32_seconds_runs": times["float32"], "bf16_seconds_runs": times["bfloat16"],
-               "ratio": fp32_s / bf16_s, "load_1min": loads + [round(os.getloadavg()[0], 2)],
+               "ratio": fp32_s / bf16_s, "load_1min": loads + [load_1min()],
                **drift(records["float32"], records["bfloat16"], args.theta)}
     r = results
     print(f"{'dtype':9s} {'seconds':>8s}\n{'float32':9s} {fp32_s:8.1f}\n{'bfloat16':9s} {bf16_s:8.1f}")
@@ -132,9 +131,7 @@ def main() -> None:
           f"{r['fp32_retrievals']}, bf16 {r['bf16_retrievals']}; questions whose retrieval positions/queries "
           f"differ: {r['questions_retrievals_differ']}/{r['questions']}")
     print(f"ratio (fp32 ÷ bf16 seconds, median of {args.pairs}): {r['ratio']:.2f}")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":

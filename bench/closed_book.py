@@ -14,13 +14,10 @@ Also the share of identical answers (``response_text`` of each output).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import time
-from pathlib import Path
 
 import torch
+from common import add_json_arg, add_threads_arg, load_1min, set_threads, timed, write_json
 
 
 def plain_generate(model, tokenizer, prompts: list[str], batch_size: int, max_new_tokens: int) -> list[str]:
@@ -42,12 +39,6 @@ def plain_generate(model, tokenizer, prompts: list[str], batch_size: int, max_ne
     return texts
 
 
-def timed(fn):
-    start = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - start
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -56,18 +47,17 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=20, help="closed_book_max_new_tokens")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     parser.add_argument("--pairs", type=int, default=2, help="A B rounds; medians over them")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--json", default=None, help="write the figures here as a flat JSON object")
+    add_threads_arg(parser)
+    add_json_arg(parser)
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
 
     from data_builders.adapt_closed_book import model_closed_book_fn
     from data_builders.adapt_llm import AdaptDataConfig, load_source
     from data_builders.adapt_llm_prompts import never_retrieve_prompt, response_text
     from inference.core.models import ModelOptions, load_causal_lm
 
-    data_cfg = AdaptDataConfig(source_limit=args.questions)
+    data_cfg = AdaptDataConfig(limit=args.questions)
     examples = load_source(data_cfg)
     answer = model_closed_book_fn(args.model, data_cfg.prompt_variant, args.max_new_tokens, args.batch_size,
                                   dtype=args.dtype)
@@ -82,7 +72,7 @@ def main() -> None:
     times: dict[str, list[float]] = {"generate": [], "closed_book": []}
     loads = []
     for _ in range(args.pairs):
-        loads.append(round(os.getloadavg()[0], 2))
+        loads.append(load_1min())
         plain, t = timed(lambda: plain_generate(model, tokenizer, prompts, args.batch_size, args.max_new_tokens))
         times["generate"].append(t)
         ours, t = timed(closed_book)
@@ -95,16 +85,14 @@ def main() -> None:
                "generate_qps": n / statistics.median(times["generate"]),
                "closed_book_qps": n / statistics.median(times["closed_book"]),
                "generate_seconds_runs": times["generate"], "closed_book_seconds_runs": times["closed_book"],
-               "identical_answers": same, "load_1min": loads + [round(os.getloadavg()[0], 2)]}
+               "identical_answers": same, "load_1min": loads + [load_1min()]}
     results["ratio"] = results["closed_book_qps"] / results["generate_qps"]
     print(f"{'run':34s} {'questions/s':>11s}")
     print(f"{'transformers generate (batch ' + str(args.batch_size) + ')':34s} {results['generate_qps']:11.2f}")
     print(f"{'closed-book pass (generate_texts)':34s} {results['closed_book_qps']:11.2f}")
     print(f"identical answers: {same:.2%}; dtype {results['dtype']}, {results['threads']} threads")
     print(f"ratio (closed-book pass ÷ generate questions/s, median of {args.pairs}): {results['ratio']:.2f}")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -1,46 +1,120 @@
-"""DRAGIN the reference way (baseline) against the batched engine, on the same questions and the same model.
+"""DRAGIN the reference way (baseline) against the batched engine, on the same questions and model, with a profile.
 
     python bench/dynamic_rag.py --json runs/bench/dynamic_rag.json
     python bench/dynamic_rag.py --questions 64 --batch-size 32 --theta 0.5 --dataset world-two-hop
+    python bench/dynamic_rag.py --prompt-style paper --demos hotpotqa --theta 0.8 \\
+        --dataset ../shared/data/hotpotqa/dev_subsampled.jsonl --index runs/hotpotqa/bm25
+    python bench/dynamic_rag.py --questions 8 --repeats 1 --shared-head both     # with and without the shared head
 
 (a) baseline, ``bench/dragin_reference.py``: one question at a time, ``generate``, then extra full forward passes
 with attentions for RIND and QFS after each round; (b) the engine: all questions batched, signals captured while
-decoding with the KV cache. Reports the share of identical greedy outputs and the speed-up (headline ``ratio``),
-plus the engine's overhead: generation with signals ÷ plain ``generate`` at the same batch size.
+decoding with the KV cache, and the prompts' shared head (the paper style's few-shot demos; the chat template's
+system turn) prefilled once (``--shared-head``). The HotpotQA index: ``bench/experiments/README.md``.
+
+Baseline and engine run ``--repeats`` times, interleaved (A B A B ...), so that a neighbour's load hits both alike;
+the headline ``ratio`` is the median of the per-round ratios of wall time (reference ÷ engine), with its spread.
+The profile gives each runner's seconds per run in: prefill and one-token decode steps (model calls), the
+baseline's extra attention passes, the engine's KV-cache reshuffles (joining and leaving the batch), retrieval,
+signals (Python per-token work: pieces, sentence ends, triggers, queries), prompts (building the next round's
+prompt) and tokenisation (every tokenizer call, wherever it happens), plus the prompt tokens run through the model
+per question. Also the share of identical greedy outputs, and the engine's overhead: generation with signals ÷
+plain ``generate`` at the same batch size.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
+import statistics
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import common  # noqa: E402
 from dragin_reference import ReferenceDragin  # noqa: E402
 
-from inference.core.decoder import BatchDecoder, Sequence  # noqa: E402
-from inference.core.models import load_causal_lm  # noqa: E402
+from data_builders.question_sets import load_questions  # noqa: E402
+from inference.core.decoder import BatchDecoder, Sequence, shared_head_ids  # noqa: E402
+from inference.core.models import ModelOptions, load_causal_lm  # noqa: E402
+from inference.core.profiling import Profile  # noqa: E402
+from inference.core.question_set import QuestionSet  # noqa: E402
+from inference.core.records import Passage  # noqa: E402
 from inference.core.tokenization import batch_prompt_ids  # noqa: E402
 from inference.engine import DynamicRAGEngine, EngineConfig  # noqa: E402
-from inference.eval_data import load_eval_retriever, load_examples  # noqa: E402
+from inference.eval_data import load_eval_retriever  # noqa: E402
 from inference.methods import MethodConfig  # noqa: E402
 from inference.prompts import PromptBuilder, PromptConfig  # noqa: E402
+
+SECTIONS = ("prefill", "decode", "attention_pass", "cache", "retrieval", "signals", "prompts", "tokenisation")
+# The engine's own methods, timed from outside (the engine has no profile hook of its own).
+ENGINE_METHODS = {"_retrieve": "retrieval", "_inspect": "signals", "_start_round": "prompts"}
+TOKENIZER_METHODS = ("__call__", "encode", "decode", "batch_decode", "convert_ids_to_tokens")
+
+
+def prompt_head_ids(tokenizer, prompts: PromptBuilder) -> list[int]:
+    """The ids every prompt of this builder starts with: two probe prompts that differ right after the head."""
+    probe = Passage("probe", "Probe", "A probe passage.")
+    return shared_head_ids(tokenizer, [prompts.build("Who wrote the probe?", []).text,
+                                       prompts.build("Where is it?", [probe], " It is").text])
+
+
+@contextmanager
+def profiled_tokenizer(tokenizer, profile: Profile):
+    """Every call of the tokenizer's (class's) encoding and decoding methods timed as "tokenisation"."""
+    cls = type(tokenizer)
+    saved = {name: cls.__dict__.get(name) for name in TOKENIZER_METHODS}
+    for name in TOKENIZER_METHODS:
+        setattr(cls, name, profile.wrap("tokenisation", getattr(cls, name)))
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            if fn is None:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, fn)
+
+
+def run_reference(ref: ReferenceDragin, examples, tokenizer) -> tuple[list[dict], float, Profile]:
+    ref.profile = profile = Profile()
+    with profiled_tokenizer(tokenizer, profile):
+        records, seconds = ref.run(examples)
+    ref.profile = None
+    return records, seconds, profile
+
+
+def run_engine(make_engine, examples, tokenizer, head: list[int] | None) -> tuple[list[dict], float, Profile, int]:
+    """One engine run; the shared head's own prefill counts in its time."""
+    profile = Profile()
+    with profiled_tokenizer(tokenizer, profile):
+        start = time.perf_counter()
+        engine = make_engine()
+        engine.decoder.profile = profile
+        engine.decoder.set_shared_prefix(head)  # None: off, whatever the engine chose by itself
+        for name, section in ENGINE_METHODS.items():
+            if hasattr(engine, name):
+                setattr(engine, name, profile.wrap(section, getattr(engine, name)))
+            else:  # renamed in the engine: its time lands in "other"
+                print(f"warning: DynamicRAGEngine.{name} is gone, so '{section}' is not timed", file=sys.stderr)
+        records = engine.run(examples, show_progress=False)
+        seconds = time.perf_counter() - start
+    engine.model.set_attn_implementation("sdpa")  # the reference's generate runs on SDPA
+    records = [r.to_dict() if hasattr(r, "to_dict") else r for r in records]
+    return records, seconds, profile, engine.decoder.forward_passes
 
 
 def overhead(model, tokenizer, prompts: list[str], batch_size: int, new_tokens: int) -> tuple[float, float]:
     """Seconds for ``new_tokens`` greedy tokens per prompt: plain ``generate`` vs the signal decoder, same batch."""
     ids = batch_prompt_ids(tokenizer, prompts[:batch_size])  # the engine's own ids, BOS included where it belongs
     batch = tokenizer.pad({"input_ids": ids}, return_tensors="pt")
-    start = time.perf_counter()
     with torch.no_grad():
-        model.generate(**batch, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                       pad_token_id=tokenizer.pad_token_id)
-    t_plain = time.perf_counter() - start
+        _, t_plain = common.timed(lambda: model.generate(**batch, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                                  do_sample=False, pad_token_id=tokenizer.pad_token_id))
     dec = BatchDecoder(model, tokenizer, stop_token_ids=set())
     dec.stop_token_ids = set()  # same token count as generate(min_new_tokens=...)
     seqs = [Sequence(i, list(p), new_tokens) for i, p in enumerate(ids)]
@@ -53,64 +127,155 @@ def overhead(model, tokenizer, prompts: list[str], batch_size: int, new_tokens: 
     return t_plain, t_signals
 
 
+def profile_figures(name: str, profiles: list[Profile], seconds: list[float], questions: int) -> dict[str, float]:
+    """Flat figures of one runner: seconds per run in each section (mean over runs; "other" is the rest of the
+    run) and prompt tokens run through the model per question."""
+    runs = len(profiles)
+    out = {f"{name}_{s}_s": sum(p.seconds.get(s, 0.0) for p in profiles) / runs for s in SECTIONS}
+    out[f"{name}_other_s"] = sum(seconds) / runs - sum(out.values())
+    for counter in ("prefill_tokens", "prefill_padded_tokens", "attention_pass_tokens", "shared_head_tokens_reused"):
+        total = sum(p.counts.get(counter, 0) for p in profiles)
+        if total:
+            out[f"{name}_{counter}_per_q"] = total / runs / questions
+    return out
+
+
+def print_profile(results: dict, runners: list[str]) -> None:
+    rows = []
+    for section in SECTIONS + ("other",):
+        row: list = [section]
+        for name in runners:
+            s, total = results[f"{name}_{section}_s"], results[f"{name}_seconds_mean"]
+            row += [s, f"{100 * s / total:.0f}%"]
+        rows.append(row)
+    for counter in ("prefill_tokens", "prefill_padded_tokens", "attention_pass_tokens", "shared_head_tokens_reused"):
+        if any(f"{name}_{counter}_per_q" in results for name in runners):
+            rows.append([f"{counter} / question"] + [x for name in runners
+                                                     for x in (results.get(f"{name}_{counter}_per_q"), "")])
+    header = ["seconds per run"] + [x for name in runners for x in (name, "share")]
+    common.print_table(header, rows, floats=".2f")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--dataset", default="world-two-hop")
-    parser.add_argument("--index", default=None)
+    parser.add_argument("--dataset", default="world-two-hop", help="an embedded set or a QA file (HotpotQA: "
+                        "../shared/data/hotpotqa/dev_subsampled.jsonl with --index)")
+    parser.add_argument("--index", default=None, help="index folder (required for a QA file)")
     parser.add_argument("--questions", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--theta", type=float, default=0.5)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--prompt-style", default="chat", choices=["chat", "paper"])
     parser.add_argument("--demos", default="hotpotqa")
-    parser.add_argument("--json", default=None)
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                        help="auto: bf16 on a CPU where a probe finds it faster (then greedy outputs of the two "
+                             "runners can part at near ties); float32 for exact agreement")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds of baseline and engine")
+    parser.add_argument("--shared-head", default="on", choices=["on", "off", "both"],
+                        help="prefill the prompts' shared head once (both: run the engine with and without)")
+    common.add_threads_arg(parser)
+    common.add_json_arg(parser)
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be >= 1")
+    common.set_threads(args.threads)
     torch.manual_seed(0)
 
-    examples = load_examples(args.dataset, limit=args.questions)
+    examples = load_questions(QuestionSet(args.dataset, limit=args.questions))
     retriever = load_eval_retriever(args.index, args.dataset)
-    model, tokenizer = load_causal_lm(args.model)
+    model, tokenizer = load_causal_lm(args.model, ModelOptions(dtype=args.dtype))
     prompts = PromptBuilder(tokenizer, PromptConfig(prompt_style=args.prompt_style, demos=args.demos))
     method = MethodConfig(method="dragin", theta=args.theta)
+    cfg = EngineConfig(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens)
+    head = prompt_head_ids(tokenizer, prompts)
+    engines = {"engine": head if args.shared_head != "off" else None}
+    if args.shared_head == "both":
+        engines = {"engine_no_head": None, **engines}
 
     ref = ReferenceDragin(model, tokenizer, retriever, prompts, method, args.max_new_tokens)
-    ref_records, t_ref = ref.run(examples)
-    engine = DynamicRAGEngine(model, tokenizer, retriever, prompts, method,
-                              EngineConfig(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens))
-    start = time.perf_counter()
-    eng_records = engine.run(examples, show_progress=False)
-    t_eng = time.perf_counter() - start
-    model.set_attn_implementation("sdpa")
-
-    same = sum(a["output"] == b["output"] for a, b in zip(ref_records, eng_records)) / len(examples)
-    same_queries = sum([r["query"] for r in a["retrievals"]] == [r["query"] for r in b["retrievals"]]
-                       for a, b in zip(ref_records, eng_records)) / len(examples)
+    # warm-up outside the timing (lazy loads: the sentencizer, kernels' first calls), one question each
+    run_reference(ref, examples[:1], tokenizer)
+    run_engine(lambda: DynamicRAGEngine(model, tokenizer, retriever, prompts, method, cfg), examples[:1], tokenizer,
+               head)
+    ref.forward_passes = 0
+    seconds: dict[str, list[float]] = {name: [] for name in ["reference", *engines]}
+    profiles: dict[str, list[Profile]] = {name: [] for name in seconds}
+    records, passes, loads, plain_vs_signals = {}, {}, [os.getloadavg()], []
     plain_prompts = [prompts.build(e.question, []).text for e in examples]
-    t_plain, t_signals = overhead(model, tokenizer, plain_prompts, args.batch_size, args.max_new_tokens)
+    print(f"{len(examples)} questions, {args.prompt_style} prompt, shared head {len(head)} tokens, {model.dtype}, "
+          f"{torch.get_num_threads()} threads; "
+          f"load average {loads[0][0]:.2f} {loads[0][1]:.2f} {loads[0][2]:.2f}", flush=True)
+    for r in range(args.repeats):
+        records["reference"], t, prof = run_reference(ref, examples, tokenizer)
+        seconds["reference"].append(t)
+        profiles["reference"].append(prof)
+        for name, h in engines.items():
+            records[name], t, prof, passes[name] = run_engine(
+                lambda: DynamicRAGEngine(model, tokenizer, retriever, prompts, method, cfg), examples, tokenizer, h)
+            seconds[name].append(t)
+            profiles[name].append(prof)
+        plain_vs_signals.append(overhead(model, tokenizer, plain_prompts, args.batch_size, args.max_new_tokens))
+        print(f"  round {r + 1}: " + "  ".join(f"{n} {s[-1]:.1f}s" for n, s in seconds.items()) +
+              f"  load {common.load_1min()}", flush=True)
+    loads.append(os.getloadavg())
+
+    n = len(examples)
+    ref_records, eng_records = records["reference"], records["engine"]
+    same = sum(a["output"] == b["output"] for a, b in zip(ref_records, eng_records)) / n
+    same_queries = sum([x["query"] for x in a["retrievals"]] == [x["query"] for x in b["retrievals"]]
+                       for a, b in zip(ref_records, eng_records)) / n
     results = {
-        "questions": len(examples), "batch_size": args.batch_size, "theta": args.theta,
-        "reference_seconds": t_ref, "engine_seconds": t_eng, "ratio": t_ref / t_eng,
+        "questions": n, "batch_size": args.batch_size, "theta": args.theta, "prompt_style": args.prompt_style,
+        "dataset": args.dataset, "repeats": args.repeats, "shared_head_tokens": len(head),
+        "threads": torch.get_num_threads(), "dtype": str(model.dtype).removeprefix("torch."),
         "identical_outputs": same, "identical_queries": same_queries,
-        "reference_retrievals_per_q": sum(len(r["retrievals"]) for r in ref_records) / len(examples),
-        "engine_retrievals_per_q": sum(len(r["retrievals"]) for r in eng_records) / len(examples),
-        "reference_forward_passes": ref.forward_passes,
-        "engine_forward_passes": engine.decoder.forward_passes,
-        "plain_generate_seconds": t_plain, "signal_decode_seconds": t_signals,
-        "signals_over_plain": t_signals / t_plain,
+        **({"identical_outputs_head_vs_no_head": sum(a["output"] == b["output"] for a, b in zip(
+            records["engine_no_head"], eng_records)) / n} if "engine_no_head" in records else {}),
+        **{f"{name}_retrievals_per_q": sum(len(r["retrievals"]) for r in recs) / n for name, recs in records.items()},
+        "reference_forward_passes": ref.forward_passes // args.repeats,
+        **{f"{name}_forward_passes": p for name, p in passes.items()},
+        "plain_generate_seconds": statistics.median(p for p, _ in plain_vs_signals),
+        "signal_decode_seconds": statistics.median(s for _, s in plain_vs_signals),
+        "signals_over_plain": statistics.median(s / p for p, s in plain_vs_signals),
+        "signals_over_plain_runs": [s / p for p, s in plain_vs_signals],
+        "load_1min_start": loads[0][0], "load_5min_start": loads[0][1], "load_1min_end": loads[1][0],
+        "load_5min_end": loads[1][1],
     }
-    print(f"{'run':28s} {'seconds':>8s} {'s/question':>10s} {'retrievals/q':>12s}")
-    print(f"{'reference (1 at a time)':28s} {t_ref:8.1f} {t_ref / len(examples):10.2f} "
-          f"{results['reference_retrievals_per_q']:12.2f}")
-    print(f"{'engine (batch ' + str(args.batch_size) + ')':28s} {t_eng:8.1f} {t_eng / len(examples):10.2f} "
-          f"{results['engine_retrievals_per_q']:12.2f}")
-    print(f"identical greedy outputs: {same:.2%}; identical query sequences: {same_queries:.2%}")
+    for name, runs in seconds.items():
+        results[f"{name}_seconds"], results[f"{name}_seconds_min"], results[f"{name}_seconds_max"] = common.spread(runs)
+        results[f"{name}_seconds_mean"] = sum(runs) / len(runs)
+        results[f"{name}_seconds_runs"] = runs
+        results.update(profile_figures(name, profiles[name], runs, n))
+    for name in engines:
+        key = "ratio" if name == "engine" else f"ratio_{name.removeprefix('engine_')}"
+        ratios = [a / b for a, b in zip(seconds["reference"], seconds[name])]
+        results[key], results[f"{key}_min"], results[f"{key}_max"] = common.spread(ratios)
+        results[f"{key}_runs"] = ratios
+
+    common.print_table(["run", "seconds (median)", "min-max", "s/question", "retrievals/q", "forward passes"],
+                [["reference (1 at a time)", results["reference_seconds"],
+                  f"{min(seconds['reference']):.1f}-{max(seconds['reference']):.1f}",
+                  results["reference_seconds"] / n, results["reference_retrievals_per_q"],
+                  results["reference_forward_passes"]]] +
+                [[f"{name} (batch {args.batch_size})", results[f"{name}_seconds"],
+                  f"{min(seconds[name]):.1f}-{max(seconds[name]):.1f}", results[f"{name}_seconds"] / n,
+                  results[f"{name}_retrievals_per_q"], passes[name]] for name in engines], floats=".2f")
+    print()
+    print_profile(results, list(seconds))
+    print()
+    print(f"identical greedy outputs: {same:.2%}; identical query sequences: {same_queries:.2%}"
+          + (f"; engine with and without the shared head: {results['identical_outputs_head_vs_no_head']:.2%} "
+             "identical" if "identical_outputs_head_vs_no_head" in results else ""))
     print(f"plain generate vs signal decoder, batch {args.batch_size} × {args.max_new_tokens} tokens: "
-          f"{t_plain:.1f}s vs {t_signals:.1f}s (× {results['signals_over_plain']:.2f})")
-    print(f"ratio (reference ÷ engine wall time): {results['ratio']:.1f}")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(results, indent=2))
+          f"{results['plain_generate_seconds']:.1f}s vs {results['signal_decode_seconds']:.1f}s (× "
+          f"{results['signals_over_plain']:.2f}, median of {args.repeats})")
+    for name in engines:
+        key = "ratio" if name == "engine" else f"ratio_{name.removeprefix('engine_')}"
+        print(f"{key} (reference ÷ {name} wall time, median of {args.repeats}): {results[key]:.1f} "
+              f"(spread {results[key + '_min']:.1f}-{results[key + '_max']:.1f})")
+    print(f"load average {loads[0][0]:.2f} -> {loads[1][0]:.2f} (1 min), {torch.get_num_threads()} torch threads")
+    common.write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -12,20 +12,13 @@ Headline ``ratio``: bm25s query throughput ÷ rank_bm25 query throughput on the 
 from __future__ import annotations
 
 import argparse
-import json
 import random
-import time
 from pathlib import Path
 
 import bm25s
 import numpy as np
 import Stemmer
-
-
-def timed(fn):
-    start = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - start
+from common import add_json_arg, load_1min, timed, write_json
 
 
 def bench_bm25(name: str, texts: list[str], queries: list[str], rank_queries: int) -> dict[str, float]:
@@ -93,7 +86,7 @@ def main() -> None:
     parser.add_argument("--shared-data", default=None, help="../shared/data (default: found next to the repo)")
     parser.add_argument("--encode", type=int, default=256, help="passages encoded with minilm")
     parser.add_argument("--faiss-vectors", type=int, default=100_000)
-    parser.add_argument("--json", default=None, help="write the figures here as a flat JSON object")
+    add_json_arg(parser)
     args = parser.parse_args()
 
     from data_builders.corpus import find_shared_data_dir, pooled_shared_corpus
@@ -112,6 +105,7 @@ def main() -> None:
     results.update(bench_bm25("world", [p.contents for p in scaled], queries, args.rank_queries))
     results.update(bench_dense(args.encode, args.faiss_vectors, args.queries))
     results["ratio"] = results["world_query_ratio"]
+    results["load_1min"] = load_1min()
 
     print(f"{'corpus':8s} {'passages':>9s} {'bm25s build':>12s} {'rank build':>11s} {'bm25s q/s':>10s} "
           f"{'rank q/s':>9s} {'query ×':>8s} {'top10 overlap':>14s}")
@@ -125,9 +119,7 @@ def main() -> None:
     print(f"faiss over {args.faiss_vectors} vectors: flat {results['faiss_flat_qps']:.0f} q/s, hnsw "
           f"{results['faiss_hnsw_qps']:.0f} q/s (recall@10 vs flat {results['faiss_hnsw_recall10_vs_flat']:.2f})")
     print(f"ratio (bm25s ÷ rank_bm25 query throughput, world {args.world_size}): {results['ratio']:.1f}")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":

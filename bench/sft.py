@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import os
 import statistics
 import tempfile
 import time
 import zlib
-from pathlib import Path
 
 import torch
+from common import add_json_arg, add_threads_arg, load_1min, set_threads, write_json
 
 VARIANTS = ("padded", "padding_free", "packing")
 
@@ -43,7 +41,7 @@ def adapt_dataset(questions: int, max_passage_words: int):
     """Algorithm 1 over world questions with a stub answerer (right on every third question, by id hash)."""
     from data_builders.adapt_llm import AdaptDataConfig, algorithm1, load_source, make_judge, split_rows
 
-    examples = load_source(AdaptDataConfig(source_limit=questions))
+    examples = load_source(AdaptDataConfig(limit=questions))
     answers = {ex.id: ex.answers[0] if zlib.crc32(ex.id.encode()) % 3 == 0 else "I do not know." for ex in examples}
     return split_rows(algorithm1(examples, answers, make_judge(), max_passage_words=max_passage_words), 0.0, 0)
 
@@ -175,7 +173,7 @@ def run_variant(args, variant: str, dsd) -> dict:
         trainer.current_gradient_accumulation_steps = 1
         check = paired_steps(trainer, args.paired_batches, args.paired_repeats)
         torch.set_rng_state(rng)
-    load_before = os.getloadavg()[0]
+    load_before = load_1min()
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     timed = steps[1:] or steps
@@ -183,7 +181,7 @@ def run_variant(args, variant: str, dsd) -> dict:
     return {"variant": variant, "tokens_per_s": sum(s["tokens"] for s in timed) / seconds, "seconds": seconds,
             "tokens": sum(s["tokens"] for s in steps), "padded_tokens": sum(s["padded_tokens"] for s in steps),
             "step_seconds": [round(s["seconds"], 3) for s in steps], "losses": losses,
-            "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)], **check}
+            "load_1min": [load_before, load_1min()], **check}
 
 
 def summarise(runs: list[dict], variants: list[str]) -> dict[str, float]:
@@ -254,11 +252,10 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1, help="A B rounds of whole trainer runs; medians over them")
     parser.add_argument("--paired-batches", type=int, default=8, help="micro-batches of the paired timing; 0: none")
     parser.add_argument("--paired-repeats", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--json", default=None, help="write the figures here as a flat JSON object")
+    add_threads_arg(parser)
+    add_json_arg(parser)
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
 
     dsd = adapt_dataset(args.questions, args.max_passage_words)
     runs = []
@@ -273,9 +270,7 @@ def main() -> None:
                "steps": args.steps, "micro_batch": args.micro_batch, "sampling": args.sampling,
                "instances": len(dsd["train"]), **summarise(runs, args.variants)}
     report(results, args)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from inference.core.decoder import BatchDecoder, Sequence, stop_token_ids
+from inference.core.decoder import BatchDecoder, Sequence, shared_head_ids, stop_token_ids
 from inference.core.records import Passage, PredictionRecord, QAExample, RetrievalRecord
 from inference.core.retriever import Retriever
 from inference.core.tokenization import prompt_ids
@@ -42,6 +42,9 @@ class EngineConfig:
     stop_after_answer: bool = True  # stop once "the answer is ..." sentence is complete (FS/FL-RAG need it)
     head_reduce: str = "mean"  # attention heads: mean (paper) or max
     keep_signals: bool = False  # store per-word RIND signals of every round in the record (for the trace view)
+    # prefill the prompts' common head (the paper style's few-shot demos, the chat template's system turn) once and
+    # reuse its KV cache for every admitted round; outputs and signals are the same as without it
+    shared_head: bool = True
 
     def __post_init__(self):
         if self.batch_size <= 0 or self.max_new_tokens <= 0:
@@ -91,6 +94,8 @@ class DynamicRAGEngine:
         self.decoder = BatchDecoder(model, tokenizer,
                                     reduce="none" if "attention_per_head" in needs else self.cfg.head_reduce,
                                     capture="attention" in needs, stop_token_ids=stop_token_ids(tokenizer))
+        if self.cfg.shared_head:
+            self.decoder.set_shared_prefix(shared_head_ids(tokenizer, prompts.head_probes()))
 
     # -- prompts ------------------------------------------------------------------------------------------
     def _start_round(self, state: QuestionState) -> Sequence:

@@ -34,7 +34,7 @@ import yaml
 from data_builders.question_sets import WorldOptions, load_questions
 from inference import eval_data, sweep
 from inference.core import models
-from inference.core.config import config_dict, parse_config, run_cli, save_config, write_atomic
+from inference.core.config import config_dict, parse_config, run_cli, write_atomic
 from inference.core.metrics import NORMALISATIONS, Normalisation
 from inference.core.progress import bar_options
 from inference.core.question_set import WORLD_SETS, QuestionSet
@@ -134,13 +134,23 @@ def make_runner(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, eng
     retriever = None if not needs_retrieval(method, gate) else eval_data.load_eval_retriever(
         cfg.index, cfg.dataset, query_encoder=cfg.query_encoder, world_seed=cfg.world_seed)
     if method.method not in GATE_METHODS:
-        return method_runner(model, tokenizer, retriever, method, prompt, engine)
+        return with_dtype(method_runner(model, tokenizer, retriever, method, prompt, engine), model)
     if hasattr(model, "merge_and_unload"):  # a LoRA adapter: merged in memory, faster and a plain model
         model = model.merge_and_unload()
     gate = gate or GateMethodConfig()
     inner_cfg = inner_method(method, gate)
     inner = None if inner_cfg is None else method_runner(model, tokenizer, retriever, inner_cfg, prompt, engine)
-    return gate_runner(model, tokenizer, retriever, method, gate, engine.batch_size, inner)
+    return with_dtype(gate_runner(model, tokenizer, retriever, method, gate, engine.batch_size, inner), model)
+
+
+def with_dtype(run, model):
+    """``run`` that says which dtype its model computes in (``dtype: auto`` resolves per machine), for config.yaml."""
+    def runner(examples):
+        return run(examples)
+
+    dtype = getattr(model, "dtype", None)  # a transformers model's; absent on a test double
+    runner.resolved_dtype = None if dtype is None else str(dtype).removeprefix("torch.")
+    return runner
 
 
 def method_runner(model, tokenizer, retriever, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig):
@@ -228,7 +238,10 @@ def evaluate_examples(examples: list[QAExample], cfg: EvalConfig, method: Method
         # the model loads before config.yaml is written: a model that fails to load leaves no folder behind
         run = make_run() if todo else None
         if state.is_main_process:
-            save_config(out / "config.yaml", cfg, method, prompt, engine, gate)
+            resolved = getattr(run, "resolved_dtype", None)  # what dtype auto chose here; not a resume check
+            write_atomic(out / "config.yaml", yaml.safe_dump({**config_dict(cfg, method, prompt, engine, gate),
+                                                              **({"resolved_dtype": resolved} if resolved else {})},
+                                                             sort_keys=False))
             print(f"{len(examples)} questions, {len(done)} already done, {len(todo)} to run here; output: {out}")
         shard = out / (f"predictions.rank{state.process_index}.jsonl" if state.num_processes > 1
                        else "predictions.jsonl")

@@ -72,6 +72,13 @@ class PromptBuilder:
         start = head.rfind(question)
         return Prompt(text=head + prior, question_span=(start, start + len(question)), prior_start=len(head))
 
+    def head_probes(self) -> list[str]:
+        """Two prompts that differ in everything a question changes (question, documents, answer so far): their
+        common start is the head every prompt of this builder shares (inference.core.decoder.shared_head_ids)."""
+        probe = Passage("probe", "Probe", "A probe passage.")
+        build = PromptBuilder.build  # this class's prompts, not what a subclass records or changes per question
+        return [build(self, "Who wrote the probe?", []).text, build(self, "Where is it?", [probe], " It is").text]
+
     def stop_index(self, generated: str) -> int | None:
         """Where the answer in ``generated`` ends because the model started something the prompt style forbids
         (the paper style: a new "Question:" line), or None."""

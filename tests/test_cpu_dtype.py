@@ -71,9 +71,11 @@ def test_bad_override_is_one_line():
 
 
 @pytest.fixture()
-def fresh_decision(monkeypatch):
-    """The process-wide decision cleared before and after, with the flags and the probe under the test's control."""
+def fresh_decision(monkeypatch, tmp_path):
+    """The process-wide decision cleared before and after, with the flags and the probe under the test's control
+    (and the machine's remembered decision in a folder of the test's own)."""
     monkeypatch.delenv(cpu_dtype.ENV_VAR, raising=False)
+    monkeypatch.setattr(cpu_dtype, "cache_dir", lambda: tmp_path)
     cpu_dtype.cpu_auto_decision.cache_clear()
     yield monkeypatch
     cpu_dtype.cpu_auto_decision.cache_clear()
@@ -113,3 +115,28 @@ def test_env_override_reaches_auto(fresh_decision):
 def test_real_probe_times_both_dtypes():
     result = cpu_dtype.probe_bf16(shape=(8, 16, 16), rounds=1)
     assert result.fp32_s > 0 and result.bf16_s > 0 and result.speedup > 0
+
+
+def test_the_probe_runs_once_per_machine_and_is_remembered(tmp_path):
+    """A timing probe decides differently under load: the first decision is kept on disk, so every later run on the
+    machine gets the same dtype (and the same greedy outputs)."""
+    path = tmp_path / "cpu_dtype.json"
+    calls = []
+
+    def probe(result):
+        def run():
+            calls.append(result)
+            return result
+        return run
+
+    fast, slow = cpu_dtype.ProbeResult(1.0, 0.4, 1.0, 1.0), cpu_dtype.ProbeResult(1.0, 1.0, 1.0, 1.0)
+    first = cpu_dtype.decide(("avx512_bf16",), "AVX512", cpu_dtype.remembered(("avx512_bf16",), "AVX512",
+                                                                            probe(fast), path))
+    # a second run whose own probe would say "slower" still decides as the first did, without probing
+    again = cpu_dtype.decide(("avx512_bf16",), "AVX512", cpu_dtype.remembered(("avx512_bf16",), "AVX512",
+                                                                            probe(slow), path))
+    assert first.dtype == again.dtype == torch.bfloat16 and calls == [fast]
+    path.write_text("not json")  # a broken file: probe again and rewrite it
+    third = cpu_dtype.decide(("avx512_bf16",), "AVX512", cpu_dtype.remembered(("avx512_bf16",), "AVX512",
+                                                                            probe(slow), path))
+    assert third.dtype == torch.float32 and calls == [fast, slow]

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from data_builders.readers import write_qa_jsonl
 from inference import evaluate as ev
@@ -124,3 +125,13 @@ def test_iter_retgen_runner_record_shape(tiny_model, smol_tokenizer, fake_retrie
     assert summarise([rec])["retrieval_calls"] == 3.0
     # this question's own generation: a random tiny model writes all 6 tokens in each of its 3 iterations
     assert rec.generated_tokens == 3 * 6 and rec.llm_forward_passes > 0
+
+
+def test_config_yaml_records_the_dtype_the_model_computes_in(tmp_path, monkeypatch, tiny_model):
+    """dtype auto resolves per machine: config.yaml says what it resolved to."""
+    from inference import evaluate as evaluate_module
+
+    run = evaluate_module.with_dtype(lambda examples: [], tiny_model.to(torch.bfloat16))
+    assert run.resolved_dtype == "bfloat16" and run([]) == []
+    assert evaluate_module.with_dtype(lambda examples: [], "a test double").resolved_dtype is None
+    tiny_model.to(torch.float32)

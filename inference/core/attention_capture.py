@@ -4,9 +4,10 @@ One attention function is registered with transformers' ``AttentionInterface`` a
 without a capture buffer (all but the last) and prefill steps take the fast SDPA path; the last layer, during
 one-token decode steps, runs the eager computation ``softmax(QKᵀ·scale + mask)`` and keeps the row of the
 newest query, heads aggregated (mean or max: shape (B, kv_len)) or kept per head (``"none"``: (B, H, kv_len), which
-DRAGIN's reference code needs: it takes the max over query rows per head before averaging heads). A prefill also
-keeps the row of its last prompt position (one extra query row, not the prompt's matrix): that row chose the first
-generated token, and the reference QFS reads the row of the position before each hit word.
+DRAGIN's reference code needs: it takes the max over query rows per head before averaging heads). A prefill keeps the
+row of its last prompt position the same way (one extra query row, not the prompt's matrix): that row chose the first
+generated token, and the reference QFS reads the row of the position before each hit word. Keys include whatever the
+cache held before the call (a shared head prefilled earlier), so rows always span every position.
 """
 
 from __future__ import annotations
@@ -23,15 +24,15 @@ HeadReduce = Literal["mean", "max", "none"]
 
 
 class CaptureBuffer:
-    """Holds the last layer's most recent decode-step attention row ((B, kv_len), or (B, H, kv_len) with
-    ``reduce="none"``) and the last prompt position's row of the most recent prefill (same layout)."""
+    """Holds the last layer's attention row of the last input position of the most recent model call ((B, kv_len),
+    or (B, H, kv_len) with ``reduce="none"``): the fed token's row in a decode step, the last prompt position's row
+    in a prefill."""
 
     def __init__(self, reduce: HeadReduce = "mean"):
         if reduce not in ("mean", "max", "none"):
             raise ValueError(f"head reduction must be 'mean', 'max' or 'none', got '{reduce}'")
         self.reduce = reduce
         self.row: torch.Tensor | None = None
-        self.prefill_row: torch.Tensor | None = None
 
     def reduced(self, weights: torch.Tensor) -> torch.Tensor:
         """(B, H, K) attention weights -> what this buffer keeps."""
@@ -63,7 +64,7 @@ def capture_attention_forward(module, query, key, value, attention_mask, scaling
     buffer: CaptureBuffer | None = getattr(module, "signal_capture", None)
     if buffer is None or query.shape[2] != 1:
         if buffer is not None:  # prefill: SDPA for the output, one eager row for the last prompt position
-            buffer.prefill_row = buffer.reduced(_last_query_weights(query, key, attention_mask, scaling))
+            buffer.row = buffer.reduced(_last_query_weights(query, key, attention_mask, scaling))
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
                                       **kwargs)
     weights = _last_query_weights(query, key, attention_mask, scaling)  # (B, H, K): the only query row

@@ -1,4 +1,4 @@
-"""Whether bfloat16 pays on this CPU: a flag filter, then a short timed probe, decided once per process.
+"""Whether bfloat16 pays on this CPU: a flag filter, then a short timed probe, remembered per machine.
 
 bf16 is not faster on every CPU. With native bf16 dot products (AVX512-BF16 on AMD Zen 4 and Intel Cooper
 Lake, AMX on Sapphire Rapids, the ``bf16`` feature of Arm v8.6 cores) oneDNN runs bf16 matmuls about twice as fast
@@ -16,9 +16,13 @@ suite pins ``float32`` so that results never depend on the machine that runs the
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
+import json
 import logging
 import os
+import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +30,8 @@ from pathlib import Path
 
 import torch
 
-from inference.core.config import ConfigError
+from inference.core.config import ConfigError, write_atomic
+from inference.core.gguf_convert import cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -157,10 +162,45 @@ def decide(flags: tuple[str, ...], capability: str, probe: Callable[[], ProbeRes
     return CpuDtypeDecision(torch.bfloat16, f"bf16 products x{result.speedup:.2f} faster", flags, capability, result)
 
 
+DECISIONS_FILE = "cpu_dtype.json"  # in the cache folder: one probed decision per CPU, torch and thread count
+
+
+def _machine_key(flags: tuple[str, ...], capability: str) -> str:
+    return f"{platform.processor() or platform.machine()}|{capability}|{','.join(flags)}|torch {torch.__version__}" \
+           f"|threads {torch.get_num_threads()}"
+
+
+def remembered(flags: tuple[str, ...], capability: str, probe: Callable[[], ProbeResult],
+               path: Path | None = None) -> Callable[[], ProbeResult]:
+    """``probe``, run once per machine key and remembered on disk: a timing probe decides differently under
+    different load, and ``auto`` must give the same dtype (so the same greedy outputs) to every run on a machine.
+    Delete the file (or set ADAPTIVE_RAG_CPU_DTYPE) to decide again."""
+    path = path or cache_dir() / DECISIONS_FILE
+    key = _machine_key(flags, capability)
+
+    def cached() -> ProbeResult:
+        try:
+            known = json.loads(path.read_text())
+        except (OSError, ValueError):
+            known = {}
+        if isinstance(known, dict) and isinstance(known.get(key), dict):
+            with contextlib.suppress(TypeError):
+                return ProbeResult(**known[key])
+        result = probe()
+        with contextlib.suppress(OSError):  # a read-only cache still decides, only not durably
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, json.dumps({**(known if isinstance(known, dict) else {}),
+                                           key: dataclasses.asdict(result)}, indent=1) + "\n")
+        return result
+
+    return cached
+
+
 @functools.lru_cache(maxsize=1)
 def cpu_auto_decision() -> CpuDtypeDecision:
-    """The decision for this process (probed at most once, where the flags allow bf16)."""
-    decision = decide(bf16_flags(), cpu_capability(), probe_bf16, os.environ.get(ENV_VAR))
+    """The decision for this machine: probed once (where the flags allow bf16) and remembered on disk."""
+    flags, capability = bf16_flags(), cpu_capability()
+    decision = decide(flags, capability, remembered(flags, capability, probe_bf16), os.environ.get(ENV_VAR))
     logger.info("%s", decision.describe())
     return decision
 

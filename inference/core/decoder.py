@@ -8,10 +8,16 @@ before it leaves. The row of the last prompt position (the one that chose t_0) c
 
 Sequences can be removed mid-flight (to retrieve) and new ones admitted: admitted prompts are prefilled as a
 batch of their own, then their KV cache is left-padded and concatenated with the running batch, so nobody waits.
+
+A shared head (``set_shared_prefix``: e.g. the paper prompt's few-shot demos, the same in every prompt) is prefilled
+once; a prompt whose ids start with it prefills only the rest, against a copy of the head's KV cache. Its row of
+the mask reads ``[head][padding][own tokens]``: the hole is masked like left padding, positions count real tokens
+only, so every logit and attention row is what the full prefill gives (up to float rounding).
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +25,8 @@ import torch
 from transformers import DynamicCache
 
 from inference.core.attention_capture import CaptureBuffer, HeadReduce, install_capture
+from inference.core.profiling import Profile
+from inference.core.tokenization import prompt_ids
 
 
 @dataclass
@@ -66,7 +74,8 @@ class BatchDecoder:
     """Greedy decoding of a changing batch. ``admit`` adds sequences, ``step`` advances all by one token."""
 
     def __init__(self, model, tokenizer, *, reduce: HeadReduce = "mean", stop_token_ids: set[int] | None = None,
-                 capture: bool = True, watch_token_ids: tuple[int, ...] = ()):
+                 capture: bool = True, watch_token_ids: tuple[int, ...] = (),
+                 shared_prefix_ids: list[int] | None = None):
         self.model, self.tokenizer = model, tokenizer
         self.buffer: CaptureBuffer | None = install_capture(model, reduce) if capture else None
         self.device = next(model.parameters()).device
@@ -80,19 +89,56 @@ class BatchDecoder:
         self.pending: torch.Tensor | None = None  # (B,) token to feed next
         self.forward_passes = 0
         self.watch_token_ids = tuple(watch_token_ids)  # their first-step probabilities go to Sequence.first_probs
+        self.profile: Profile | None = None  # attach one to time prefill, decode steps and cache reshuffles
+        self.prefix_ids: list[int] = []
+        self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer, batch 1
+        if shared_prefix_ids:
+            self.set_shared_prefix(shared_prefix_ids)
+
+    def _timed(self, name: str):
+        return self.profile.section(name) if self.profile is not None else nullcontext()
+
+    @torch.no_grad()
+    def set_shared_prefix(self, ids: list[int] | None) -> None:
+        """Prefill ``ids`` once (``None`` or empty: no shared head). From now on a prompt whose ids start with them
+        and go on past them prefills only its own tokens; any other prompt gets the full prefill. Matching is on the
+        ids of the whole prompt, so a tokenizer that merges across the head's end only costs a cache miss."""
+        self.prefix_ids, self._prefix_kv = [], []
+        if not ids:
+            return
+        ids = list(ids)
+        cache = DynamicCache()
+        with self._timed("prefill"):
+            self.model(input_ids=torch.tensor([ids], device=self.device),
+                       attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=self.device),
+                       position_ids=torch.arange(len(ids), device=self.device)[None], cache=cache, use_cache=True,
+                       logits_to_keep=1)
+        self.forward_passes += 1
+        if self.profile is not None:
+            self.profile.count("prefill_tokens", len(ids))
+            self.profile.count("prefill_padded_tokens", len(ids))
+        self.prefix_ids, self._prefix_kv = ids, self._layers(cache)
+
+    def _starts_with_prefix(self, seq: Sequence) -> bool:
+        n = len(self.prefix_ids)
+        return 0 < n < len(seq.prompt_ids) and seq.prompt_ids[:n] == self.prefix_ids
 
     # -- batch bookkeeping -------------------------------------------------------------------------------
     def _layers(self, cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(layer.keys, layer.values) for layer in cache.layers]
 
     def _set_batch(self, kv: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor, pending: torch.Tensor):
-        # Drop columns that are padding for every row (left after sequences with long prompts leave).
-        real = mask.any(dim=0).nonzero()
-        start = int(real[0]) if len(real) else mask.shape[1]
+        # Drop columns that are padding for every row: left after sequences with long prompts leave, and the hole
+        # between a shared head and the prompts' own tokens when every row has it. Positions count real tokens,
+        # so a dropped column changes nothing but the work.
+        used = mask.any(dim=0)
+        if not bool(used.all()):
+            kv = [(k[:, :, used], v[:, :, used]) for k, v in kv]
+            mask = mask[:, used]
         cache = DynamicCache()
         for i, (k, v) in enumerate(kv):
-            cache.update(k[:, :, start:], v[:, :, start:], i)
-        self.cache, self.mask, self.pending = cache, mask[:, start:], pending
+            cache.update(k, v, i)
+        self.cache, self.mask, self.pending = cache, mask, pending
 
     def _merge(self, kv: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor, pending: torch.Tensor):
         if self.cache is None or not self.seqs:
@@ -118,8 +164,9 @@ class BatchDecoder:
             self.cache = self.mask = self.pending = None
             return
         idx = torch.tensor(keep, device=self.device)
-        kv = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in self._layers(self.cache)]
-        self._set_batch(kv, self.mask.index_select(0, idx), self.pending.index_select(0, idx))
+        with self._timed("cache"):
+            kv = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in self._layers(self.cache)]
+            self._set_batch(kv, self.mask.index_select(0, idx), self.pending.index_select(0, idx))
 
     # -- model calls -------------------------------------------------------------------------------------
     def _record_choice(self, seq: Sequence, token: int, prob: float, entropy: float) -> None:
@@ -137,23 +184,38 @@ class BatchDecoder:
 
     @torch.no_grad()
     def admit(self, seqs: list[Sequence]) -> None:
-        """Prefill new sequences as one left-padded batch and join them to the running batch."""
-        if not seqs:
-            return
-        length = max(len(s.prompt_ids) for s in seqs)
+        """Prefill new sequences and join them to the running batch: those that start with the shared head as one
+        left-padded batch of their own tokens, the others as one left-padded batch of whole prompts."""
+        shared = [self._starts_with_prefix(s) for s in seqs]
+        for group, head in (([s for s, h in zip(seqs, shared) if not h], 0),
+                            ([s for s, h in zip(seqs, shared) if h], len(self.prefix_ids))):
+            if group:
+                self._prefill(group, head)
+
+    def _prefill(self, seqs: list[Sequence], head: int) -> None:
+        """One forward pass over ``prompt_ids[head:]`` of each sequence, after ``head`` cached shared tokens."""
+        own = [s.prompt_ids[head:] for s in seqs]
+        length = max(map(len, own))
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        ids = torch.tensor([[pad] * (length - len(s.prompt_ids)) + s.prompt_ids for s in seqs], device=self.device)
-        mask = torch.tensor([[0] * (length - len(s.prompt_ids)) + [1] * len(s.prompt_ids) for s in seqs],
-                            device=self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        ids = torch.tensor([[pad] * (length - len(x)) + x for x in own], device=self.device)
+        mask = torch.tensor([[1] * head + [0] * (length - len(x)) + [1] * len(x) for x in own], device=self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, head:]
         cache = DynamicCache()
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
-                         logits_to_keep=1)
+        for i, (k, v) in enumerate(self._prefix_kv if head else []):
+            cache.update(k.expand(len(seqs), -1, -1, -1), v.expand(len(seqs), -1, -1, -1), i)
+        with self._timed("prefill"):
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
+                             use_cache=True, logits_to_keep=1)
+            logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # once: the choice and the watched tokens
+            token, prob, entropy = _choice_from_logp(logp)
+            watched = logp[:, list(self.watch_token_ids)].exp().tolist() if self.watch_token_ids else None
+            # the last prompt position's row: it chose the first token (a one-token input took the decode path)
+            prefill_rows = self.buffer.row.float().cpu() if self.buffer is not None else None
         self.forward_passes += 1
-        logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # once: the choice and the watched tokens
-        token, prob, entropy = _choice_from_logp(logp)
-        watched = logp[:, list(self.watch_token_ids)].exp().tolist() if self.watch_token_ids else None
-        prefill_rows = self.buffer.prefill_row.float().cpu() if self.buffer is not None else None
+        if self.profile is not None:
+            self.profile.count("prefill_tokens", sum(map(len, own)))
+            self.profile.count("prefill_padded_tokens", ids.numel())
+            self.profile.count("shared_head_tokens_reused", head * len(seqs))
         real = mask.bool().cpu()
         for b, seq in enumerate(seqs):
             seq.forward_passes += 1
@@ -163,7 +225,8 @@ class BatchDecoder:
                 seq.first_probs = dict(zip(self.watch_token_ids, watched[b]))
             self._record_choice(seq, int(token[b]), float(prob[b]), float(entropy[b]))
         self.seqs = self.seqs + list(seqs)
-        self._merge(self._layers(cache), mask, token)
+        with self._timed("cache"):
+            self._merge(self._layers(cache), mask, token)
 
     @torch.no_grad()
     def step(self) -> None:
@@ -174,12 +237,13 @@ class BatchDecoder:
             return
         mask = torch.cat([self.mask, self.mask.new_ones(len(self.seqs), 1)], dim=1)
         positions = self.mask.sum(dim=1, keepdim=True)
-        out = self.model(input_ids=self.pending[:, None], attention_mask=mask, position_ids=positions,
-                         cache=self.cache, use_cache=True)
+        with self._timed("decode"):
+            out = self.model(input_ids=self.pending[:, None], attention_mask=mask, position_ids=positions,
+                             cache=self.cache, use_cache=True)
+            token, prob, entropy = _entropy_and_choice(out.logits[:, -1])
+            rows = self.buffer.row.float().cpu() if self.buffer is not None else None
         self.forward_passes += 1
         self.mask = mask
-        token, prob, entropy = _entropy_and_choice(out.logits[:, -1])
-        rows = self.buffer.row.float().cpu() if self.buffer is not None else None
         real = mask.bool().cpu()
         for b, seq in enumerate(self.seqs):
             seq.forward_passes += 1
@@ -204,3 +268,28 @@ def stop_token_ids(tokenizer) -> set[int]:
         if isinstance(tid, int) and tid != tokenizer.unk_token_id:
             ids.add(tid)
     return ids
+
+
+def shared_head_ids(tokenizer, texts: list[str]) -> list[int]:
+    """The prompt ids that every one of ``texts`` starts with, cut where the tokenization is stable.
+
+    Start from the longest common prefix of the texts' ids (:func:`prompt_ids`, each text tokenized whole) and drop
+    its last token: that token may merge with what follows in another prompt ("1" of " 12" and " 13" is not a
+    token of " 7"; a run of newlines). Then drop more until the head's text, tokenized alone, gives exactly the
+    head's ids (a cut between the byte tokens of one character does not): tokenizing head + rest then gives the
+    head's ids followed by the rest's, for every text given. The rest is never tokenized alone (SentencePiece would
+    add a leading space to it): the decoder matches each whole prompt's ids against the head, so a prompt that
+    still merges across the cut only misses the cache. Give it prompts that differ right after the shared part
+    (two questions, with and without documents); the result may be empty.
+    """
+    if len(texts) < 2:
+        raise ValueError(f"a shared head needs at least two prompt texts, got {len(texts)}")
+    encoded = [prompt_ids(tokenizer, t, offsets=True) for t in texts]
+    first, spans = encoded[0]
+    n = min(len(ids) for ids, _ in encoded)
+    for ids, _ in encoded[1:]:
+        n = next((i for i in range(n) if ids[i] != first[i]), n)
+    for cut in range(n - 1, 0, -1):
+        if prompt_ids(tokenizer, texts[0][:spans[cut - 1][1]]) == first[:cut]:
+            return first[:cut]
+    return []

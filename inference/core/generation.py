@@ -61,15 +61,16 @@ def render_prompt(tokenizer, prompt: str | Prompt) -> str:
 
 def generate_texts(model, tokenizer, prompts: list[str], *, max_new_tokens: int = 32, batch_size: int = 16,
                    watch_tokens: tuple[str, ...] = (), show_progress: bool = False,
-                   stop_at_newline: bool = False) -> list[Generation]:
+                   stop_at_newline: bool = False, shared_head: bool = True) -> list[Generation]:
     """Greedy continuations of ``prompts`` (already formatted text) on the engine's decoder, without signals.
 
     Continuous batching: at most ``batch_size`` prompts decode together, and a prompt that finishes frees its slot
     for the next one at once (longest prompts first, so a batch holds similar lengths). ``watch_tokens`` names
     tokens (e.g. ``"<RET>"``) whose first-step probability is reported, so a gate's threshold can be swept without
-    generating again.
+    generating again. ``shared_head``: the prompts' common start (few-shot demos, an instruction preamble) is
+    prefilled once and its KV cache reused by every prompt (:func:`inference.core.decoder.shared_head_ids`).
     """
-    from inference.core.decoder import BatchDecoder, Sequence, stop_token_ids
+    from inference.core.decoder import BatchDecoder, Sequence, shared_head_ids, stop_token_ids
 
     if batch_size < 1 or max_new_tokens < 1:
         raise ValueError(f"batch_size and max_new_tokens must be >= 1, got {batch_size} and {max_new_tokens}")
@@ -78,6 +79,13 @@ def generate_texts(model, tokenizer, prompts: list[str], *, max_new_tokens: int 
                            watch_token_ids=tuple(watch_ids.values()))
     encoded = batch_prompt_ids(tokenizer, prompts)  # BOS once where the tokenizer adds one (Llama-2), none on SmolLM2
     queue = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))  # pop() takes the longest
+    if shared_head and len(prompts) > 1:
+        # the head all prompts share is the first prompt's common start with the one it shares least with
+        def common(ids: list[int]) -> int:
+            return next((k for k, (a, b) in enumerate(zip(encoded[0], ids)) if a != b), min(len(ids), len(encoded[0])))
+
+        other = min(range(1, len(prompts)), key=lambda i: common(encoded[i]))
+        decoder.set_shared_prefix(shared_head_ids(tokenizer, [prompts[0], prompts[other]]))
     finished: dict[int, Sequence] = {}
     with tqdm(total=len(prompts), desc="generating", unit="prompt", disable=not show_progress) as bar:
         while queue or decoder.seqs:
