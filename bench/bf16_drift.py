@@ -18,7 +18,7 @@ import statistics
 import time
 
 import torch
-from common import add_json_arg, add_threads_arg, load_1min, set_threads, write_json
+from harness import add_json_arg, add_threads_arg, load_1min, set_threads, write_json
 
 
 def common_words(a: dict, b: dict) -> tuple[list[tuple[dict, dict]], bool]:

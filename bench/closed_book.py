@@ -17,7 +17,7 @@ import argparse
 import statistics
 
 import torch
-from common import add_json_arg, add_threads_arg, load_1min, set_threads, timed, write_json
+from harness import add_json_arg, add_threads_arg, load_1min, set_threads, timed, write_json
 
 
 def plain_generate(model, tokenizer, prompts: list[str], batch_size: int, max_new_tokens: int) -> list[str]:

@@ -35,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
+import harness  # noqa: E402
 from dragin_reference import ReferenceDragin  # noqa: E402
 
 from data_builders.question_sets import load_questions  # noqa: E402
@@ -113,7 +113,7 @@ def overhead(model, tokenizer, prompts: list[str], batch_size: int, new_tokens: 
     ids = batch_prompt_ids(tokenizer, prompts[:batch_size])  # the engine's own ids, BOS included where it belongs
     batch = tokenizer.pad({"input_ids": ids}, return_tensors="pt")
     with torch.no_grad():
-        _, t_plain = common.timed(lambda: model.generate(**batch, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+        _, t_plain = harness.timed(lambda: model.generate(**batch, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                                                   do_sample=False, pad_token_id=tokenizer.pad_token_id))
     dec = BatchDecoder(model, tokenizer, stop_token_ids=set())
     dec.stop_token_ids = set()  # same token count as generate(min_new_tokens=...)
@@ -153,7 +153,7 @@ def print_profile(results: dict, runners: list[str]) -> None:
             rows.append([f"{counter} / question"] + [x for name in runners
                                                      for x in (results.get(f"{name}_{counter}_per_q"), "")])
     header = ["seconds per run"] + [x for name in runners for x in (name, "share")]
-    common.print_table(header, rows, floats=".2f")
+    harness.print_table(header, rows, floats=".2f")
 
 
 def main() -> None:
@@ -174,12 +174,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds of baseline and engine")
     parser.add_argument("--shared-head", default="on", choices=["on", "off", "both"],
                         help="prefill the prompts' shared head once (both: run the engine with and without)")
-    common.add_threads_arg(parser)
-    common.add_json_arg(parser)
+    harness.add_threads_arg(parser)
+    harness.add_json_arg(parser)
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
-    common.set_threads(args.threads)
+    harness.set_threads(args.threads)
     torch.manual_seed(0)
 
     examples = load_questions(QuestionSet(args.dataset, limit=args.questions))
@@ -217,7 +217,7 @@ def main() -> None:
             profiles[name].append(prof)
         plain_vs_signals.append(overhead(model, tokenizer, plain_prompts, args.batch_size, args.max_new_tokens))
         print(f"  round {r + 1}: " + "  ".join(f"{n} {s[-1]:.1f}s" for n, s in seconds.items()) +
-              f"  load {common.load_1min()}", flush=True)
+              f"  load {harness.load_1min()}", flush=True)
     loads.append(os.getloadavg())
 
     n = len(examples)
@@ -243,17 +243,18 @@ def main() -> None:
         "load_5min_end": loads[1][1],
     }
     for name, runs in seconds.items():
-        results[f"{name}_seconds"], results[f"{name}_seconds_min"], results[f"{name}_seconds_max"] = common.spread(runs)
+        median, low, high = harness.spread(runs)
+        results[f"{name}_seconds"], results[f"{name}_seconds_min"], results[f"{name}_seconds_max"] = median, low, high
         results[f"{name}_seconds_mean"] = sum(runs) / len(runs)
         results[f"{name}_seconds_runs"] = runs
         results.update(profile_figures(name, profiles[name], runs, n))
     for name in engines:
         key = "ratio" if name == "engine" else f"ratio_{name.removeprefix('engine_')}"
         ratios = [a / b for a, b in zip(seconds["reference"], seconds[name])]
-        results[key], results[f"{key}_min"], results[f"{key}_max"] = common.spread(ratios)
+        results[key], results[f"{key}_min"], results[f"{key}_max"] = harness.spread(ratios)
         results[f"{key}_runs"] = ratios
 
-    common.print_table(["run", "seconds (median)", "min-max", "s/question", "retrievals/q", "forward passes"],
+    harness.print_table(["run", "seconds (median)", "min-max", "s/question", "retrievals/q", "forward passes"],
                 [["reference (1 at a time)", results["reference_seconds"],
                   f"{min(seconds['reference']):.1f}-{max(seconds['reference']):.1f}",
                   results["reference_seconds"] / n, results["reference_retrievals_per_q"],
@@ -275,7 +276,7 @@ def main() -> None:
         print(f"{key} (reference ÷ {name} wall time, median of {args.repeats}): {results[key]:.1f} "
               f"(spread {results[key + '_min']:.1f}-{results[key + '_max']:.1f})")
     print(f"load average {loads[0][0]:.2f} -> {loads[1][0]:.2f} (1 min), {torch.get_num_threads()} torch threads")
-    common.write_json(args.json, results)
+    harness.write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 import bm25s
 import numpy as np
 import Stemmer
-from common import add_json_arg, load_1min, timed, write_json
+from harness import add_json_arg, load_1min, timed, write_json
 
 
 def bench_bm25(name: str, texts: list[str], queries: list[str], rank_queries: int) -> dict[str, float]:

@@ -32,7 +32,7 @@ import time
 import zlib
 
 import torch
-from common import add_json_arg, add_threads_arg, load_1min, set_threads, write_json
+from harness import add_json_arg, add_threads_arg, load_1min, set_threads, write_json
 
 VARIANTS = ("padded", "padding_free", "packing")
 

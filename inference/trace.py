@@ -43,10 +43,21 @@ def _colour(score: float, theta: float) -> str:
     return f"rgba(220, 40, 40, {0.08 + 0.8 * level:.2f})"
 
 
+LEGEND = (
+    '<p class=legend>Each word is shaded by its RIND score (entropy × attention later tokens paid it, × 0 for a '
+    'stopword under the paper profile): '
+    f'<span style="background:{_colour(0.0, 1.0)}">&nbsp;0&nbsp;</span> '
+    f'<span style="background:{_colour(0.5, 1.0)}">&nbsp;θ/2&nbsp;</span> '
+    f'<span style="background:{_colour(1.0, 1.0)}">&nbsp;≥ θ&nbsp;</span>; '
+    '<span style="outline:2px solid black">&nbsp;outlined&nbsp;</span> = the word that fired a retrieval; '
+    '<span style="text-decoration:line-through;opacity:0.6">&nbsp;struck through&nbsp;</span> = generated, then '
+    'discarded by the retrieval; hover a word for its entropy, attention and probability.</p>')
+
+
 def render(record: PredictionRecord) -> str:
     parts = [f"<h2>{html.escape(record.question)}</h2>",
              f"<p>gold: {html.escape(' | '.join(record.answers))}<br>output: <b>"
-             f"{html.escape(record.output)}</b></p>"]
+             f"{html.escape(record.output)}</b></p>", LEGEND]
     for rnd in record.signals:
         theta, trig = rnd["theta"], rnd.get("trigger")
         docs = ", ".join(html.escape(d["title"] or d["id"]) for d in rnd["docs"]) or "none"

@@ -59,18 +59,18 @@ def test_nested_sections_count_their_own_time_only(monkeypatch):
 
 
 def test_format_table_aligns_columns():
-    common = bench_module("common")
-    text = common.format_table(["run", "seconds"], [["reference", 12.345], ["engine", None]], floats=".1f")
+    harness = bench_module("harness")
+    text = harness.format_table(["run", "seconds"], [["reference", 12.345], ["engine", None]], floats=".1f")
     assert text.splitlines() == ["run        seconds", "reference     12.3", "engine           -"]
 
 
 def test_write_json_keeps_figures_flat(tmp_path):
-    common = bench_module("common")
+    harness = bench_module("harness")
     with pytest.raises(ValueError, match="must be flat, but profile hold objects"):
-        common.write_json(str(tmp_path / "x.json"), {"ratio": 2.0, "profile": {"prefill": 1.0}})
-    common.write_json(str(tmp_path / "sub" / "x.json"), {"ratio": 2.0, "runs": [1.0, 2.0]})
+        harness.write_json(str(tmp_path / "x.json"), {"ratio": 2.0, "profile": {"prefill": 1.0}})
+    harness.write_json(str(tmp_path / "sub" / "x.json"), {"ratio": 2.0, "runs": [1.0, 2.0]})
     assert (tmp_path / "sub" / "x.json").read_text().startswith("{")
-    common.write_json(None, {"ratio": 1.0})  # no --json: nothing written
+    harness.write_json(None, {"ratio": 1.0})  # no --json: nothing written
 
 
 def test_profiled_tokenizer_counts_calls_and_restores_the_class(smol_tokenizer):

@@ -96,6 +96,7 @@ def test_engine_keeps_signals_and_trace_renders(tiny_model, smol_tokenizer, fake
     assert rec.signals and all("score" in w for r in rec.signals for w in r["words"])
     page = render(rec)
     assert page.startswith("<!doctype html>") and "Where is Quarvik?" in page
+    assert "class=legend" in page and "outlined" in page and "struck through" in page  # what shading means
     if rec.retrievals:
         assert "fired at token" in page
 
