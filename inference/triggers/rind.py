@@ -35,10 +35,10 @@ class Rind(Trigger):
         return frozenset({"attention"} | ({"attention_per_head"} if cfg.rind_attention == "reference" else set()))
 
     def check(self, view: RoundView, cfg, *, final: bool) -> Event | None:
-        protected = view.protected_end() if cfg.keep_sentence_after_retrieval else 0
         if cfg.rind_scope == "round":  # the reference judges a whole round once it has ended
+            protected = view.protected_end() if cfg.keep_sentence_after_retrieval else 0
             return _event(view, cfg, protected) if final else None
-        return _event(view, cfg, max(view.checked, protected))
+        return _event(view, cfg, view.first_unchecked(cfg.keep_sentence_after_retrieval))
 
 
 def _event(view: RoundView, cfg, start: int) -> Event | None:
