@@ -1,7 +1,7 @@
 """DRAGIN the reference way (baseline) against the batched engine, on the same questions and model, with a profile.
 
     python bench/dynamic_rag.py --json runs/bench/dynamic_rag.json
-    python bench/dynamic_rag.py --questions 64 --batch-size 32 --theta 0.5 --dataset world-two-hop
+    python bench/dynamic_rag.py --questions 64 --batch-size 64 --theta 0.5 --dataset world-two-hop
     python bench/dynamic_rag.py --prompt-style paper --demos hotpotqa --theta 0.8 \\
         --dataset ../shared/data/hotpotqa/dev_subsampled.jsonl --index runs/hotpotqa/bm25
     python bench/dynamic_rag.py --questions 8 --repeats 1 --shared-head both     # with and without the shared head
@@ -49,6 +49,7 @@ from inference.engine import DynamicRAGEngine, EngineConfig  # noqa: E402
 from inference.eval_data import load_eval_retriever  # noqa: E402
 from inference.methods import MethodConfig  # noqa: E402
 from inference.prompts import PromptBuilder, PromptConfig  # noqa: E402
+from inference.text_units import split_sentences  # noqa: E402
 
 SECTIONS = ("prefill", "decode", "attention_pass", "cache", "retrieval", "signals", "prompts", "tokenisation")
 # The engine's own methods, timed from outside (the engine has no profile hook of its own).
@@ -163,7 +164,8 @@ def main() -> None:
                         "../shared/data/hotpotqa/dev_subsampled.jsonl with --index)")
     parser.add_argument("--index", default=None, help="index folder (required for a QA file)")
     parser.add_argument("--questions", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=64, help="the engine's batch (default: the whole default "
+                        "question set at once, the fastest on a CPU: every decode step reads the weights once)")
     parser.add_argument("--theta", type=float, default=0.5)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--prompt-style", default="chat", choices=["chat", "paper"])
@@ -194,7 +196,9 @@ def main() -> None:
         engines = {"engine_no_head": None, **engines}
 
     ref = ReferenceDragin(model, tokenizer, retriever, prompts, method, args.max_new_tokens)
-    # warm-up outside the timing (lazy loads: the sentencizer, kernels' first calls), one question each
+    # warm-up outside the timing (lazy loads: the sentencizer, kernels' first calls), one question each; the
+    # sentencizer only loads when a trigger fires, which the warm-up question may not do
+    split_sentences("Warm up. The sentencizer.")
     run_reference(ref, examples[:1], tokenizer)
     run_engine(lambda: DynamicRAGEngine(model, tokenizer, retriever, prompts, method, cfg), examples[:1], tokenizer,
                head)

@@ -93,7 +93,8 @@ class DynamicRAGEngine:
         needs = method.needs(self.cfg.head_reduce)  # what the method's trigger and query former read
         self.decoder = BatchDecoder(model, tokenizer,
                                     reduce="none" if "attention_per_head" in needs else self.cfg.head_reduce,
-                                    capture="attention" in needs, stop_token_ids=stop_token_ids(tokenizer))
+                                    capture="attention" in needs, stop_token_ids=stop_token_ids(tokenizer),
+                                    max_batch=self.cfg.batch_size)
         if self.cfg.shared_head:
             self.decoder.set_shared_prefix(shared_head_ids(tokenizer, prompts.head_probes()))
 

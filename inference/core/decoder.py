@@ -6,8 +6,11 @@ positions (prompt included, left padding removed; heads aggregated, or kept per 
 row of token t_j is produced when t_j is fed back as input, so a sequence that ends on length is fed once more
 before it leaves. The row of the last prompt position (the one that chose t_0) comes from the prefill.
 
-Sequences can be removed mid-flight (to retrieve) and new ones admitted: admitted prompts are prefilled as a
-batch of their own, then their KV cache is left-padded and concatenated with the running batch, so nobody waits.
+Sequences can be removed mid-flight (to retrieve) and new ones admitted: admitted prompts are prefilled in
+batches of their own (grouped by length, so little padding is computed), then their KV cache is left-padded and
+joined to the running batch, so nobody waits. The batch cache (:mod:`inference.core.batch_cache`) is written in
+place by decode steps; a leaving row is replaced by one from the end of the batch, and joining rows are written
+into free rows when they fit.
 
 A shared head (``set_shared_prefix``: e.g. the paper prompt's few-shot demos, the same in every prompt) is prefilled
 once; a prompt whose ids start with it prefills only the rest, against a copy of the head's KV cache. Its row of
@@ -25,6 +28,7 @@ import torch
 from transformers import DynamicCache
 
 from inference.core.attention_capture import CaptureBuffer, HeadReduce, install_capture
+from inference.core.batch_cache import KV, compact, join, keep_columns, layers
 from inference.core.profiling import Profile
 from inference.core.tokenization import prompt_ids
 
@@ -75,8 +79,9 @@ class BatchDecoder:
 
     def __init__(self, model, tokenizer, *, reduce: HeadReduce = "mean", stop_token_ids: set[int] | None = None,
                  capture: bool = True, watch_token_ids: tuple[int, ...] = (),
-                 shared_prefix_ids: list[int] | None = None):
+                 shared_prefix_ids: list[int] | None = None, max_batch: int = 0):
         self.model, self.tokenizer = model, tokenizer
+        self.max_batch = max_batch  # rows the batch cache makes room for (0: as many as it holds)
         self.buffer: CaptureBuffer | None = install_capture(model, reduce) if capture else None
         self.device = next(model.parameters()).device
         stops = set(stop_token_ids or ())
@@ -84,7 +89,7 @@ class BatchDecoder:
             stops.add(tokenizer.eos_token_id)
         self.stop_token_ids = stops
         self.seqs: list[Sequence] = []
-        self.cache: DynamicCache | None = None
+        self.cache: DynamicCache | None = None  # the running batch's (inference.core.batch_cache)
         self.mask: torch.Tensor | None = None  # (B, L) 1 = real token
         self.pending: torch.Tensor | None = None  # (B,) token to feed next
         self.forward_passes = 0
@@ -117,41 +122,31 @@ class BatchDecoder:
         if self.profile is not None:
             self.profile.count("prefill_tokens", len(ids))
             self.profile.count("prefill_padded_tokens", len(ids))
-        self.prefix_ids, self._prefix_kv = ids, self._layers(cache)
+        self.prefix_ids, self._prefix_kv = ids, layers(cache)
 
     def _starts_with_prefix(self, seq: Sequence) -> bool:
         n = len(self.prefix_ids)
         return 0 < n < len(seq.prompt_ids) and seq.prompt_ids[:n] == self.prefix_ids
 
     # -- batch bookkeeping -------------------------------------------------------------------------------
-    def _layers(self, cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return [(layer.keys, layer.values) for layer in cache.layers]
-
-    def _set_batch(self, kv: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor, pending: torch.Tensor):
-        # Drop columns that are padding for every row: left after sequences with long prompts leave, and the hole
-        # between a shared head and the prompts' own tokens when every row has it. Positions count real tokens,
-        # so a dropped column changes nothing but the work.
-        used = mask.any(dim=0)
+    def _drop_unused_columns(self) -> None:
+        # Columns that are padding for every row: left after sequences with long prompts leave, and the hole between
+        # a shared head and the prompts' own tokens when every row has it. Positions count real tokens, so a dropped
+        # column changes nothing but the work.
+        used = self.mask.any(dim=0)
         if not bool(used.all()):
-            kv = [(k[:, :, used], v[:, :, used]) for k, v in kv]
-            mask = mask[:, used]
-        cache = DynamicCache()
-        for i, (k, v) in enumerate(kv):
-            cache.update(k, v, i)
-        self.cache, self.mask, self.pending = cache, mask, pending
+            keep_columns(self.cache, used)
+            self.mask = self.mask[:, used]
 
-    def _merge(self, kv: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor, pending: torch.Tensor):
-        if self.cache is None or not self.seqs:
-            self._set_batch(kv, mask, pending)
-            return
-        length = max(self.mask.shape[1], mask.shape[1])
-        merged = [
-            (torch.cat([_pad_left(k0, length, 2), _pad_left(k1, length, 2)]),
-             torch.cat([_pad_left(v0, length, 2), _pad_left(v1, length, 2)]))
-            for (k0, v0), (k1, v1) in zip(self._layers(self.cache), kv)
-        ]
-        self._set_batch(merged, torch.cat([_pad_left(self.mask, length, 1), _pad_left(mask, length, 1)]),
-                        torch.cat([self.pending, pending]))
+    def _merge(self, parts: list[KV], masks: list[torch.Tensor], pending: torch.Tensor) -> None:
+        """The running batch (if any) then each admitted part, left-padded to one length."""
+        if self.cache is not None:
+            masks, pending = [self.mask, *masks], torch.cat([self.pending, pending])
+        self.cache = join(self.cache, parts, self.max_batch)
+        length = self.cache.layers[0].length
+        self.mask = torch.cat([_pad_left(m, length, 1) for m in masks])
+        self.pending = pending
+        self._drop_unused_columns()
 
     def remove(self, leaving: list[Sequence]) -> None:
         """Take sequences out of the batch (finished, or leaving to retrieve)."""
@@ -159,14 +154,15 @@ class BatchDecoder:
         keep = [i for i, s in enumerate(self.seqs) if id(s) not in gone]
         if len(keep) == len(self.seqs):
             return
-        self.seqs = [self.seqs[i] for i in keep]
         if not keep:
-            self.cache = self.mask = self.pending = None
+            self.seqs, self.cache, self.mask, self.pending = [], None, None, None
             return
-        idx = torch.tensor(keep, device=self.device)
         with self._timed("cache"):
-            kv = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in self._layers(self.cache)]
-            self._set_batch(kv, self.mask.index_select(0, idx), self.pending.index_select(0, idx))
+            order = compact(self.cache, keep)
+            idx = torch.tensor(order, device=self.device)
+            self.seqs = [self.seqs[i] for i in order]
+            self.mask, self.pending = self.mask.index_select(0, idx), self.pending.index_select(0, idx)
+            self._drop_unused_columns()
 
     # -- model calls -------------------------------------------------------------------------------------
     def _record_choice(self, seq: Sequence, token: int, prob: float, entropy: float) -> None:
@@ -184,16 +180,23 @@ class BatchDecoder:
 
     @torch.no_grad()
     def admit(self, seqs: list[Sequence]) -> None:
-        """Prefill new sequences and join them to the running batch: those that start with the shared head as one
-        left-padded batch of their own tokens, the others as one left-padded batch of whole prompts."""
+        """Prefill new sequences and join them to the running batch in one reshuffle. Those that start with the shared
+        head prefill only their own tokens, the others whole prompts; each kind in left-padded batches of similar
+        lengths (:func:`prefill_groups`)."""
         shared = [self._starts_with_prefix(s) for s in seqs]
+        parts = []
         for group, head in (([s for s, h in zip(seqs, shared) if not h], 0),
                             ([s for s, h in zip(seqs, shared) if h], len(self.prefix_ids))):
-            if group:
-                self._prefill(group, head)
+            for rows in prefill_groups([len(s.prompt_ids) - head for s in group]):
+                parts.append(self._prefill([group[i] for i in rows], head))
+        if not parts:
+            return
+        with self._timed("cache"):
+            self._merge([kv for kv, _, _ in parts], [m for _, m, _ in parts], torch.cat([t for _, _, t in parts]))
 
-    def _prefill(self, seqs: list[Sequence], head: int) -> None:
-        """One forward pass over ``prompt_ids[head:]`` of each sequence, after ``head`` cached shared tokens."""
+    def _prefill(self, seqs: list[Sequence], head: int) -> tuple[KV, torch.Tensor, torch.Tensor]:
+        """One forward pass over ``prompt_ids[head:]`` of each sequence, after ``head`` cached shared tokens; the
+        sequences join ``self.seqs``. Returns their KV cache, mask and first chosen tokens for :meth:`_merge`."""
         own = [s.prompt_ids[head:] for s in seqs]
         length = max(map(len, own))
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -225,8 +228,7 @@ class BatchDecoder:
                 seq.first_probs = dict(zip(self.watch_token_ids, watched[b]))
             self._record_choice(seq, int(token[b]), float(prob[b]), float(entropy[b]))
         self.seqs = self.seqs + list(seqs)
-        with self._timed("cache"):
-            self._merge(self._layers(cache), mask, token)
+        return layers(cache), mask, token
 
     @torch.no_grad()
     def step(self) -> None:
@@ -258,6 +260,26 @@ class BatchDecoder:
     @property
     def active(self) -> list[Sequence]:
         return [s for s in self.seqs if not s.done]
+
+
+PREFILL_CALL_COST = 16  # one more model call costs about as much as this many padding positions
+
+
+def prefill_groups(lengths: list[int], call_cost: int = PREFILL_CALL_COST) -> list[list[int]]:
+    """Indices of prompts of ``lengths`` grouped for prefill: each group one left-padded batch. Sorted by length and
+    cut where the padding a group would carry costs more than another model call (exact, by dynamic programming
+    over the sorted lengths: a group's cost is rows × its longest length + ``call_cost``)."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    sorted_len = [lengths[i] for i in order]
+    best = [0] + [None] * len(order)  # best[j]: cost of the first j sorted prompts; cut[j]: where its last group starts
+    cut = [0] * (len(order) + 1)
+    for j in range(1, len(order) + 1):
+        best[j], cut[j] = min((best[i] + (j - i) * sorted_len[j - 1] + call_cost, i) for i in range(j))
+    groups, j = [], len(order)
+    while j > 0:
+        groups.append(order[cut[j]:j])
+        j = cut[j]
+    return groups[::-1]
 
 
 def stop_token_ids(tokenizer) -> set[int]:

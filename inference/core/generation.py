@@ -76,7 +76,7 @@ def generate_texts(model, tokenizer, prompts: list[str], *, max_new_tokens: int 
         raise ValueError(f"batch_size and max_new_tokens must be >= 1, got {batch_size} and {max_new_tokens}")
     watch_ids = {t: tokenizer.convert_tokens_to_ids(t) for t in watch_tokens}
     decoder = BatchDecoder(model, tokenizer, capture=False, stop_token_ids=stop_token_ids(tokenizer),
-                           watch_token_ids=tuple(watch_ids.values()))
+                           watch_token_ids=tuple(watch_ids.values()), max_batch=batch_size)
     encoded = batch_prompt_ids(tokenizer, prompts)  # BOS once where the tokenizer adds one (Llama-2), none on SmolLM2
     queue = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))  # pop() takes the longest
     if shared_head and len(prompts) > 1:
