@@ -59,3 +59,29 @@ def test_without_bos_the_ids_and_labels_are_trls_own(tmp_path):
     ours = SFTTrainer(model=model, args=args, train_dataset=tokenize_split(raw, tokenizer),
                       processing_class=tokenizer).train_dataset
     assert ours["input_ids"] == theirs["input_ids"] and ours["labels"] == theirs["labels"]
+
+
+def test_instances_are_cut_at_max_length_as_trl_cuts_them(tmp_path):
+    """Padding-free batching takes no max_length in trl: tokenize_split makes trl's keep_start cut itself, so an
+    instance trains on the same tokens and labels with padding-free batching on or off."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl import SFTConfig, SFTTrainer
+
+    tokenizer = load_tokenizer("smollm2-135m")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+    raw = Dataset.from_dict({"prompt": [parametric_prompt("Where is Town1?"), parametric_prompt("Who wrote it?")],
+                             "completion": ["Land1 " * 40, "Shakespeare."]})
+    full = tokenize_split(raw, tokenizer)
+    cut = tokenize_split(raw, tokenizer, max_length=90)  # the prompts are ~70 tokens
+    assert [len(x) for x in cut["input_ids"]] == [min(90, len(x)) for x in full["input_ids"]]
+    assert cut["completion_mask"][0] == full["completion_mask"][0][:90] and len(full["input_ids"][0]) > 90
+    args = SFTConfig(output_dir=str(tmp_path), completion_only_loss=True, max_length=90, report_to="none",
+                     bf16=False, use_cpu=True)
+    theirs = SFTTrainer(model=model, args=args, train_dataset=tokenize_split(raw, tokenizer),
+                        processing_class=tokenizer).train_dataset
+    args.max_length, args.padding_free = None, True
+    ours = SFTTrainer(model=model, args=args, train_dataset=cut, processing_class=tokenizer).train_dataset
+    assert ours["input_ids"] == theirs["input_ids"] and ours["labels"] == theirs["labels"]

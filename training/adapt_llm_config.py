@@ -29,9 +29,10 @@ class AdaptTrainConfig:
     max_length: int = 512  # alpaca-lora's cutoff_len as ADAPT-LLM set it
     group_by_length: bool = True  # the authors' flag: batches of similar length, less padding
     # trl's padding-free batching: each micro-batch flattened into one row, no pad tokens; the same loss and
-    # gradients (bench/sft.py). Off by default: it pays on CPU with random batches (the CPU recipes: x1.2-1.3 with
-    # SDPA, x1.6 with training/varlen_attention.py's sdpa_varlen), not with group_by_length (little padding left)
-    # nor on a GPU at SmolLM2's size (x0.95-1.06 on an H200). trl then cannot cut instances at max_length.
+    # gradients (bench/sft.py). Off here (the paper's recipe: group_by_length leaves little padding, and on a GPU at
+    # SmolLM2's size it made no difference: x0.95-1.06 on an H200); on in the CPU recipes, whose random batches it
+    # trains x1.6 faster with training/varlen_attention.py's sdpa_varlen (x1.2-1.3 with SDPA). Instances are cut at
+    # max_length when tokenized either way.
     padding_free: bool = False
     # LoRA (alpaca-lora / ADAPT-LLM)
     lora_r: int = 8

@@ -51,9 +51,17 @@ def tokenize_instances(tokenizer: Any, prompts: list[str], completions: list[str
     return out
 
 
-def tokenize_split(dataset: Dataset, tokenizer: Any, batch_size: int = 256) -> Dataset:
-    """A prompt/completion split as trl's processed format (only the two tokenized columns remain)."""
-    return dataset.map(lambda batch: tokenize_instances(tokenizer, batch["prompt"], batch["completion"]),
-                       batched=True, batch_size=batch_size, remove_columns=dataset.column_names,
+def tokenize_split(dataset: Dataset, tokenizer: Any, batch_size: int = 256, max_length: int | None = None) -> Dataset:
+    """A prompt/completion split as trl's processed format (only the two tokenized columns remain), each instance cut
+    to its first ``max_length`` tokens as trl's ``truncation_mode="keep_start"`` cuts it (trl takes no
+    ``max_length`` with padding-free batching, so the cut is made here for every run)."""
+
+    def encode(batch):
+        out = tokenize_instances(tokenizer, batch["prompt"], batch["completion"])
+        if max_length is not None:
+            out = {name: [row[:max_length] for row in rows] for name, rows in out.items()}
+        return out
+
+    return dataset.map(encode, batched=True, batch_size=batch_size, remove_columns=dataset.column_names,
                        keep_in_memory=True,  # no cache files written into the user's data_dir
                        desc="tokenizing with inference's prompt_ids")

@@ -217,7 +217,8 @@ def sft_config(cfg: AdaptTrainConfig, processes: int, has_eval: bool):
         gradient_accumulation_steps=gradient_accumulation(cfg.effective_batch_size, cfg.micro_batch_size, processes),
         num_train_epochs=cfg.num_epochs, max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
         warmup_steps=cfg.warmup_steps, lr_scheduler_type=cfg.lr_scheduler_type,
-        # trl refuses max_length with padding_free unless it packs (packing would change the batch's examples)
+        # trl refuses max_length with padding_free unless it packs (packing would change the batch's examples);
+        # tokenize_split has cut every instance at max_length already
         max_length=None if cfg.padding_free else cfg.max_length, padding_free=cfg.padding_free,
         completion_only_loss=True,  # loss on the response only (alpaca-lora's train_on_inputs=False)
         train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
@@ -339,8 +340,9 @@ def _train_locked(state: Any, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainCo
     has_eval = len(dsd["validation"]) > 0
     previous_sessions = previous_runtimes(resume)
     trainer = SFTTrainer(model=model, args=sft_config(train_cfg, state.num_processes, has_eval),
-                         train_dataset=tokenize_split(dsd["train"], tokenizer),
-                         eval_dataset=tokenize_split(dsd["validation"], tokenizer) if has_eval else None,
+                         train_dataset=tokenize_split(dsd["train"], tokenizer, max_length=train_cfg.max_length),
+                         eval_dataset=tokenize_split(dsd["validation"], tokenizer, max_length=train_cfg.max_length)
+                         if has_eval else None,
                          processing_class=tokenizer, optimizers=(build_optimizer(model, train_cfg), None),
                          callbacks=[SessionClock(previous_sessions), adapter_base_callback(data_cfg.base_model)])
     result = trainer.train(resume_from_checkpoint=resume)

@@ -41,23 +41,22 @@ class CaptureBuffer:
         return weights.amax(dim=1) if self.reduce == "max" else weights
 
 
-def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
-    """(B, H_kv, T, D) -> (B, H_kv * n_rep, T, D) for grouped-query attention."""
-    if n_rep == 1:
-        return x
-    b, h, t, d = x.shape
-    return x[:, :, None].expand(b, h, n_rep, t, d).reshape(b, h * n_rep, t, d)
-
-
 def _last_query_weights(query, key, attention_mask, scaling) -> torch.Tensor:
-    """Eager attention weights of the last query position: (B, H, K), float32."""
-    k = _repeat_kv(key, query.shape[1] // key.shape[1])
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    scores = torch.matmul(query[:, :, -1:].float(), k.float().transpose(2, 3)) * scale  # (B, H, 1, K)
+    """Eager attention weights of the last query position: (B, H, K), float32.
+
+    Grouped-query attention without repeating keys: the query heads that share a key head are rows of one matmul
+    against it ((B, H_kv, n_rep, D) @ (B, H_kv, D, K)); query head h reads key head h // n_rep, as ``repeat_kv``
+    lays them out. Repeating the keys instead copied them n_rep times in float32 at every step (at batch 64 that
+    was half of a SmolLM2 decode step)."""
+    b, h, _, d = query.shape
+    h_kv = key.shape[1]
+    scale = scaling if scaling is not None else d ** -0.5
+    q = query[:, :, -1].reshape(b, h_kv, h // h_kv, d).float()
+    scores = torch.matmul(q, key.float().transpose(2, 3)) * scale  # (B, H_kv, n_rep, K)
     if attention_mask is not None:
-        mask = attention_mask[:, :, -1:, : k.shape[-2]]
+        mask = attention_mask[:, :, -1:, : key.shape[-2]]  # (B, 1, 1, K): the same for every head
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool else scores + mask
-    return torch.softmax(scores, dim=-1)[:, :, 0, :]
+    return torch.softmax(scores, dim=-1).reshape(b, h, -1)
 
 
 def capture_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -69,9 +68,10 @@ def capture_attention_forward(module, query, key, value, attention_mask, scaling
                                       **kwargs)
     weights = _last_query_weights(query, key, attention_mask, scaling)  # (B, H, K): the only query row
     buffer.row = buffer.reduced(weights)
-    v = _repeat_kv(value, query.shape[1] // value.shape[1])
-    out = torch.matmul(weights[:, :, None, :].to(v.dtype), v)  # (B, H, 1, D)
-    return out.transpose(1, 2).contiguous(), None
+    b, h, k_len = weights.shape
+    h_kv = value.shape[1]
+    out = torch.matmul(weights.reshape(b, h_kv, h // h_kv, k_len).to(value.dtype), value)  # (B, H_kv, n_rep, D)
+    return out.reshape(b, h, 1, -1).transpose(1, 2).contiguous(), None
 
 
 AttentionInterface.register(ATTN_NAME, capture_attention_forward)
