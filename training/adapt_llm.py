@@ -15,7 +15,7 @@ micro-batch 32, 3 epochs, lr 3e-4, LoRA r 8 / alpha 16 / dropout 0.05 on q_proj,
 
 **No arguments at all** runs ``training/configs/adapt_llm_demo_cpu.yaml``: the embedded world (its fictional
 single-hop and common-knowledge questions, a held-out fifth never trained on), the embedded SmolLM2-135M,
-on CPU: 5.7 min measured on two idle cores (much longer while other jobs share them); the YAML's comments
+on CPU: 4.2 min measured on two cores (much longer while other jobs share them); the YAML's comments
 say where it departs from the paper.
 
 ``--mode nr`` / ``--mode ar`` train the paper's baselines instead (NR-LLM: the closed-book prompt -> gold answer;
