@@ -49,14 +49,18 @@ class GrowingLayer(DynamicLayer):
                       rows, self.length)
 
 
+def _empty_buffer(like: torch.Tensor, rows: int, columns: int) -> torch.Tensor:
+    """A buffer shaped like ``like`` with ``rows`` rows and room for ``columns`` columns plus the spare."""
+    return like.new_empty(rows, like.shape[1], columns + max(SPARE, columns // 2), like.shape[3])
+
+
 def _buffers(keys: torch.Tensor, values: torch.Tensor, row_capacity: int, extra: int) -> tuple[torch.Tensor, ...]:
     """New buffers holding ``keys``/``values`` in their first rows and columns, with room for ``row_capacity`` rows
     and ``extra`` more columns plus the spare."""
     rows, n = keys.shape[0], keys.shape[2]
-    capacity = n + extra + max(SPARE, n // 2)
     bufs = []
     for x in (keys, values):
-        buf = x.new_empty(max(rows, row_capacity), x.shape[1], capacity, x.shape[3])
+        buf = _empty_buffer(x, max(rows, row_capacity), n + extra)
         buf[:rows, :, :n].copy_(x)
         bufs.append(buf)
     return bufs[0], bufs[1]
@@ -65,13 +69,7 @@ def _buffers(keys: torch.Tensor, values: torch.Tensor, row_capacity: int, extra:
 def batch_cache(kv: KV, row_capacity: int = 0) -> DynamicCache:
     """A cache of :class:`GrowingLayer` over copies of ``kv`` (each tensor copied once), with room for
     ``row_capacity`` rows."""
-    cache = DynamicCache()
-    cache.layers = []
-    for k, v in kv:
-        layer = GrowingLayer()
-        layer._set(*_buffers(k, v, row_capacity, 0), k.shape[0], k.shape[2])
-        cache.layers.append(layer)
-    return cache
+    return join(None, [kv], row_capacity)
 
 
 def layers(cache: DynamicCache) -> KV:
@@ -99,11 +97,11 @@ def compact(cache: DynamicCache, keep: list[int]) -> list[int]:
 def keep_columns(cache: DynamicCache, used: torch.Tensor) -> None:
     """Keep only the ``used`` columns (B,) bool. A run of leading columns is dropped without a copy (a view)."""
     first = int(used.to(torch.uint8).argmax())
+    leading_run, kept = bool(used[first:].all()), int(used.sum())
     for layer in cache.layers:
-        if bool(used[first:].all()):
-            layer._set(layer.k_buf[:, :, first:], layer.v_buf[:, :, first:], layer.rows, layer.length - first)
+        if leading_run:
+            layer._set(layer.k_buf[:, :, first:], layer.v_buf[:, :, first:], layer.rows, kept)
         else:
-            kept = int(used.sum())
             layer._set(*_buffers(layer.keys[:, :, used], layer.values[:, :, used], layer.k_buf.shape[0], 0),
                        layer.rows, kept)
 
@@ -133,9 +131,7 @@ def join(cache: DynamicCache | None, parts: list[KV], row_capacity: int = 0) -> 
         rows = sum(k.shape[0] for k, _ in per_part)
         bufs = []
         for which in (0, 1):
-            like = per_part[0][which]
-            buf = like.new_empty(max(rows, row_capacity), like.shape[1], length + max(SPARE, length // 2),
-                                 like.shape[3])
+            buf = _empty_buffer(per_part[0][which], max(rows, row_capacity), length)
             row = 0
             for kv in per_part:
                 _write_left_padded(buf, row, length, kv[which])
