@@ -5,11 +5,14 @@
     python bench/dynamic_rag.py --prompt-style paper --demos hotpotqa --theta 0.8 \\
         --dataset ../shared/data/hotpotqa/dev_subsampled.jsonl --index runs/hotpotqa/bm25
     python bench/dynamic_rag.py --questions 8 --repeats 1 --shared-head both     # with and without the shared head
+    python bench/dynamic_rag.py --packed-linears both        # the engine on prepacked and on stock linear layers
 
 (a) baseline, ``bench/dragin_reference.py``: one question at a time, ``generate``, then extra full forward passes
 with attentions for RIND and QFS after each round; (b) the engine: all questions batched, signals captured while
-decoding with the KV cache, and the prompts' shared head (the paper style's few-shot demos; the chat template's
-system turn) prefilled once (``--shared-head``). The HotpotQA index: ``bench/experiments/README.md``.
+decoding with the KV cache, the prompts' shared head (the paper style's few-shot demos; the chat template's
+system turn) prefilled once (``--shared-head``), and, in bf16 on a CPU, linear layers on weights prepacked once for
+oneDNN (``--packed-linears``; the same bits as the stock layers the baseline runs). The HotpotQA index:
+``bench/experiments/README.md``.
 
 Baseline and engine run ``--repeats`` times, interleaved (A B A B ...), so that a neighbour's load hits both alike;
 the headline ``ratio`` is the median of the per-round ratios of wall time (reference ÷ engine), with its spread.
@@ -18,7 +21,7 @@ baseline's extra attention passes, the engine's KV-cache reshuffles (joining and
 signals (Python per-token work: pieces, sentence ends, triggers, queries), prompts (building the next round's
 prompt) and tokenisation (every tokenizer call, wherever it happens), plus the prompt tokens run through the model
 per question. Also the share of identical greedy outputs, and the engine's overhead: generation with signals ÷
-plain ``generate`` at the same batch size.
+plain ``generate`` at the same batch size (both on the engine's linear layers, so that it measures the signals).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import statistics
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -41,6 +45,7 @@ from dragin_reference import ReferenceDragin  # noqa: E402
 from data_builders.question_sets import load_questions  # noqa: E402
 from inference.core.decoder import BatchDecoder, Sequence, shared_head_ids  # noqa: E402
 from inference.core.models import ModelOptions, load_causal_lm  # noqa: E402
+from inference.core.packed_linear import PackedLinears  # noqa: E402
 from inference.core.profiling import Profile  # noqa: E402
 from inference.core.question_set import QuestionSet  # noqa: E402
 from inference.core.records import Passage  # noqa: E402
@@ -109,14 +114,16 @@ def run_engine(make_engine, examples, tokenizer, head: list[int] | None) -> tupl
     return records, seconds, profile, engine.decoder.forward_passes
 
 
-def overhead(model, tokenizer, prompts: list[str], batch_size: int, new_tokens: int) -> tuple[float, float]:
+def overhead(model, tokenizer, prompts: list[str], batch_size: int, new_tokens: int,
+             packed_linears: bool) -> tuple[float, float]:
     """Seconds for ``new_tokens`` greedy tokens per prompt: plain ``generate`` vs the signal decoder, same batch."""
     ids = batch_prompt_ids(tokenizer, prompts[:batch_size])  # the engine's own ids, BOS included where it belongs
     batch = tokenizer.pad({"input_ids": ids}, return_tensors="pt")
-    with torch.no_grad():
-        _, t_plain = harness.timed(lambda: model.generate(**batch, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                                  do_sample=False, pad_token_id=tokenizer.pad_token_id))
-    dec = BatchDecoder(model, tokenizer, stop_token_ids=set())
+    with torch.no_grad(), PackedLinears(model, enabled=packed_linears):  # the decoder's linear layers: the ratio
+        _, t_plain = harness.timed(lambda: model.generate(  # is the cost of the signals alone
+            **batch, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+            pad_token_id=tokenizer.pad_token_id))
+    dec = BatchDecoder(model, tokenizer, stop_token_ids=set(), packed_linears=packed_linears)
     dec.stop_token_ids = set()  # same token count as generate(min_new_tokens=...)
     seqs = [Sequence(i, list(p), new_tokens) for i, p in enumerate(ids)]
     start = time.perf_counter()
@@ -176,6 +183,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds of baseline and engine")
     parser.add_argument("--shared-head", default="on", choices=["on", "off", "both"],
                         help="prefill the prompts' shared head once (both: run the engine with and without)")
+    parser.add_argument("--packed-linears", default="on", choices=["on", "off", "both"],
+                        help="bf16 on a CPU: the engine's linear layers on weights prepacked once (same bits as the "
+                             "stock layers; both: run the engine with and without)")
     harness.add_threads_arg(parser)
     harness.add_json_arg(parser)
     args = parser.parse_args()
@@ -189,11 +199,15 @@ def main() -> None:
     model, tokenizer = load_causal_lm(args.model, ModelOptions(dtype=args.dtype))
     prompts = PromptBuilder(tokenizer, PromptConfig(prompt_style=args.prompt_style, demos=args.demos))
     method = MethodConfig(method="dragin", theta=args.theta)
-    cfg = EngineConfig(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens)
+    cfg = EngineConfig(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                       packed_linears=args.packed_linears != "off")
     head = prompt_head_ids(tokenizer, prompts)
-    engines = {"engine": head if args.shared_head != "off" else None}
+    # each engine variant: the shared head it gets (None: off) and its config
+    engines = {"engine": (head if args.shared_head != "off" else None, cfg)}
     if args.shared_head == "both":
-        engines = {"engine_no_head": None, **engines}
+        engines = {"engine_no_head": (None, cfg), **engines}
+    if args.packed_linears == "both":
+        engines = {"engine_stock_linears": (engines["engine"][0], replace(cfg, packed_linears=False)), **engines}
 
     ref = ReferenceDragin(model, tokenizer, retriever, prompts, method, args.max_new_tokens)
     # warm-up outside the timing (lazy loads: the sentencizer, kernels' first calls), one question each; the
@@ -207,19 +221,24 @@ def main() -> None:
     profiles: dict[str, list[Profile]] = {name: [] for name in seconds}
     records, passes, loads, plain_vs_signals = {}, {}, [os.getloadavg()], []
     plain_prompts = [prompts.build(e.question, []).text for e in examples]
+    packing = PackedLinears(model, enabled=cfg.packed_linears)
+    packed_count, packed_layers = len(packing), (f"{len(packing)} linear layers prepacked" if packing else
+                                                 f"stock linear layers ({packing.reason})")
+    del packing  # the decoders pack their own
     print(f"{len(examples)} questions, {args.prompt_style} prompt, shared head {len(head)} tokens, {model.dtype}, "
-          f"{torch.get_num_threads()} threads; "
+          f"{packed_layers}, {torch.get_num_threads()} threads; "
           f"load average {loads[0][0]:.2f} {loads[0][1]:.2f} {loads[0][2]:.2f}", flush=True)
     for r in range(args.repeats):
         records["reference"], t, prof = run_reference(ref, examples, tokenizer)
         seconds["reference"].append(t)
         profiles["reference"].append(prof)
-        for name, h in engines.items():
+        for name, (h, c) in engines.items():
             records[name], t, prof, passes[name] = run_engine(
-                lambda: DynamicRAGEngine(model, tokenizer, retriever, prompts, method, cfg), examples, tokenizer, h)
+                lambda c=c: DynamicRAGEngine(model, tokenizer, retriever, prompts, method, c), examples, tokenizer, h)
             seconds[name].append(t)
             profiles[name].append(prof)
-        plain_vs_signals.append(overhead(model, tokenizer, plain_prompts, args.batch_size, args.max_new_tokens))
+        plain_vs_signals.append(overhead(model, tokenizer, plain_prompts, args.batch_size, args.max_new_tokens,
+                                         cfg.packed_linears))
         print(f"  round {r + 1}: " + "  ".join(f"{n} {s[-1]:.1f}s" for n, s in seconds.items()) +
               f"  load {harness.load_1min()}", flush=True)
     loads.append(os.getloadavg())
@@ -233,6 +252,7 @@ def main() -> None:
         "questions": n, "batch_size": args.batch_size, "theta": args.theta, "prompt_style": args.prompt_style,
         "dataset": args.dataset, "repeats": args.repeats, "shared_head_tokens": len(head),
         "threads": torch.get_num_threads(), "dtype": str(model.dtype).removeprefix("torch."),
+        "packed_linears": args.packed_linears, "packed_linear_layers": packed_count,
         "identical_outputs": same, "identical_queries": same_queries,
         **({"identical_outputs_head_vs_no_head": sum(a["output"] == b["output"] for a, b in zip(
             records["engine_no_head"], eng_records)) / n} if "engine_no_head" in records else {}),

@@ -45,6 +45,8 @@ class EngineConfig:
     # prefill the prompts' common head (the paper style's few-shot demos, the chat template's system turn) once and
     # reuse its KV cache for every admitted round; outputs and signals are the same as without it
     shared_head: bool = True
+    # bf16 on a CPU: linear layers on weights prepacked once for oneDNN (inference.core.packed_linear); the same bits
+    packed_linears: bool = True
 
     def __post_init__(self):
         if self.batch_size <= 0 or self.max_new_tokens <= 0:
@@ -94,7 +96,7 @@ class DynamicRAGEngine:
         self.decoder = BatchDecoder(model, tokenizer,
                                     reduce="none" if "attention_per_head" in needs else self.cfg.head_reduce,
                                     capture="attention" in needs, stop_token_ids=stop_token_ids(tokenizer),
-                                    max_batch=self.cfg.batch_size)
+                                    max_batch=self.cfg.batch_size, packed_linears=self.cfg.packed_linears)
         if self.cfg.shared_head:
             self.decoder.set_shared_prefix(shared_head_ids(tokenizer, prompts.head_probes()))
 

@@ -17,9 +17,9 @@ HEAD = list(range(200, 240))  # 40 shared ids
 
 
 def decode_schedule(model, tokenizer, prompts: list[list[int]], late: list[list[int]], *, head=None,
-                    reduce="mean", profile=None) -> list[Sequence]:
+                    reduce="mean", profile=None, **decoder_options) -> list[Sequence]:
     """Admit, step, admit more mid-flight, remove one early, run to the end: the engine's pattern."""
-    dec = BatchDecoder(model, tokenizer, reduce=reduce)
+    dec = BatchDecoder(model, tokenizer, reduce=reduce, **decoder_options)
     dec.profile = profile
     dec.set_shared_prefix(head)
     seqs = [Sequence(i, p, max_new_tokens=5 + i % 3) for i, p in enumerate(prompts)]

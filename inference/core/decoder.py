@@ -29,6 +29,7 @@ from transformers import DynamicCache
 
 from inference.core.attention_capture import CaptureBuffer, HeadReduce, install_capture
 from inference.core.batch_cache import KV, compact, join, keep_columns, layers
+from inference.core.packed_linear import linear_packing
 from inference.core.profiling import Profile
 from inference.core.tokenization import prompt_ids
 
@@ -79,8 +80,10 @@ class BatchDecoder:
 
     def __init__(self, model, tokenizer, *, reduce: HeadReduce = "mean", stop_token_ids: set[int] | None = None,
                  capture: bool = True, watch_token_ids: tuple[int, ...] = (),
-                 shared_prefix_ids: list[int] | None = None, max_batch: int = 0):
+                 shared_prefix_ids: list[int] | None = None, max_batch: int = 0, packed_linears: bool = True):
         self.model, self.tokenizer = model, tokenizer
+        # every model call below runs inside ``with self.linears`` (bf16 on a CPU: weights prepacked once)
+        self.linears = linear_packing(model, enabled=packed_linears)
         self.max_batch = max_batch  # rows the batch cache makes room for (0: as many as it holds)
         self.buffer: CaptureBuffer | None = install_capture(model, reduce) if capture else None
         self.device = next(model.parameters()).device
@@ -113,7 +116,7 @@ class BatchDecoder:
             return
         ids = list(ids)
         cache = DynamicCache()
-        with self._timed("prefill"):
+        with self._timed("prefill"), self.linears:
             self.model(input_ids=torch.tensor([ids], device=self.device),
                        attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=self.device),
                        position_ids=torch.arange(len(ids), device=self.device)[None], cache=cache, use_cache=True,
@@ -206,7 +209,7 @@ class BatchDecoder:
         cache = DynamicCache()
         for i, (k, v) in enumerate(self._prefix_kv if head else []):
             cache.update(k.expand(len(seqs), -1, -1, -1), v.expand(len(seqs), -1, -1, -1), i)
-        with self._timed("prefill"):
+        with self._timed("prefill"), self.linears:
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
                              use_cache=True, logits_to_keep=1)
             logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # once: the choice and the watched tokens
@@ -239,7 +242,7 @@ class BatchDecoder:
             return
         mask = torch.cat([self.mask, self.mask.new_ones(len(self.seqs), 1)], dim=1)
         positions = self.mask.sum(dim=1, keepdim=True)
-        with self._timed("decode"):
+        with self._timed("decode"), self.linears:
             out = self.model(input_ids=self.pending[:, None], attention_mask=mask, position_ids=positions,
                              cache=self.cache, use_cache=True)
             token, prob, entropy = _entropy_and_choice(out.logits[:, -1])
