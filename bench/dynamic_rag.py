@@ -95,13 +95,14 @@ def run_reference(ref: ReferenceDragin, examples, tokenizer) -> tuple[list[dict]
 
 
 def run_engine(make_engine, examples, tokenizer, head: list[int] | None) -> tuple[list[dict], float, Profile, int]:
-    """One engine run; the shared head's own prefill counts in its time."""
+    """One engine run; the shared head's own prefill counts in its time. ``make_engine`` builds an engine whose
+    config has ``shared_head=False``: the head is set here, so that it is prefilled once."""
     profile = Profile()
     with profiled_tokenizer(tokenizer, profile):
         start = time.perf_counter()
         engine = make_engine()
         engine.decoder.profile = profile
-        engine.decoder.set_shared_prefix(head)  # None: off, whatever the engine chose by itself
+        engine.decoder.set_shared_prefix(head)  # None: off
         for name, section in ENGINE_METHODS.items():
             if hasattr(engine, name):
                 setattr(engine, name, profile.wrap(section, getattr(engine, name)))
@@ -199,7 +200,8 @@ def main() -> None:
     model, tokenizer = load_causal_lm(args.model, ModelOptions(dtype=args.dtype))
     prompts = PromptBuilder(tokenizer, PromptConfig(prompt_style=args.prompt_style, demos=args.demos))
     method = MethodConfig(method="dragin", theta=args.theta)
-    cfg = EngineConfig(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+    # shared_head False: run_engine sets the head itself (--shared-head), so that it is prefilled once per run
+    cfg = EngineConfig(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, shared_head=False,
                        packed_linears=args.packed_linears != "off")
     head = prompt_head_ids(tokenizer, prompts)
     # each engine variant: the shared head it gets (None: off) and its config
