@@ -111,3 +111,20 @@ def test_one_packing_per_model_and_a_model_cast_to_float32_goes_back_to_stock(sm
     with packing:
         assert torch.equal(logits(model, ids), stock)
     assert len(packing) == 0
+
+
+def test_an_unmerged_lora_model_gives_the_stock_bits(smol_tokenizer):
+    from peft import LoraConfig, get_peft_model
+
+    model = bf16_llama(len(smol_tokenizer), tied=False)
+    model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)).eval()
+    for name, p in model.named_parameters():  # lora_B starts at zero: give the adapter an effect
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.1)
+    ids = torch.tensor([[5, 17, 300, 2, 9]])
+    stock = logits(model, ids)
+    packing = PackedLinears(model)
+    base = [m for n, m in model.named_modules() if n.endswith("q_proj.base_layer")]
+    assert base and all(m in packing._packed for m in base)  # the wrapped layers; peft keeps adapters in float32
+    with packing:
+        assert torch.equal(logits(model, ids), stock)
