@@ -45,7 +45,7 @@ from dragin_reference import ReferenceDragin  # noqa: E402
 from data_builders.question_sets import load_questions  # noqa: E402
 from inference.core.decoder import BatchDecoder, Sequence, shared_head_ids  # noqa: E402
 from inference.core.models import ModelOptions, load_causal_lm  # noqa: E402
-from inference.core.packed_linear import PackedLinears  # noqa: E402
+from inference.core.packed_linear import linear_packing  # noqa: E402
 from inference.core.profiling import Profile  # noqa: E402
 from inference.core.question_set import QuestionSet  # noqa: E402
 from inference.core.records import Passage  # noqa: E402
@@ -120,7 +120,7 @@ def overhead(model, tokenizer, prompts: list[str], batch_size: int, new_tokens: 
     """Seconds for ``new_tokens`` greedy tokens per prompt: plain ``generate`` vs the signal decoder, same batch."""
     ids = batch_prompt_ids(tokenizer, prompts[:batch_size])  # the engine's own ids, BOS included where it belongs
     batch = tokenizer.pad({"input_ids": ids}, return_tensors="pt")
-    with torch.no_grad(), PackedLinears(model, enabled=packed_linears):  # the decoder's linear layers: the ratio
+    with torch.no_grad(), linear_packing(model, enabled=packed_linears):  # the decoder's linear layers: the ratio
         _, t_plain = harness.timed(lambda: model.generate(  # is the cost of the signals alone
             **batch, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
             pad_token_id=tokenizer.pad_token_id))
@@ -223,10 +223,8 @@ def main() -> None:
     profiles: dict[str, list[Profile]] = {name: [] for name in seconds}
     records, passes, loads, plain_vs_signals = {}, {}, [os.getloadavg()], []
     plain_prompts = [prompts.build(e.question, []).text for e in examples]
-    packing = PackedLinears(model, enabled=cfg.packed_linears)
-    packed_count, packed_layers = len(packing), (f"{len(packing)} linear layers prepacked" if packing else
-                                                 f"stock linear layers ({packing.reason})")
-    del packing  # the decoders pack their own
+    packing = linear_packing(model, enabled=cfg.packed_linears)  # the one the engines' decoders use
+    packed_layers = f"{len(packing)} linear layers prepacked" if packing else f"stock linear layers ({packing.reason})"
     print(f"{len(examples)} questions, {args.prompt_style} prompt, shared head {len(head)} tokens, {model.dtype}, "
           f"{packed_layers}, {torch.get_num_threads()} threads; "
           f"load average {loads[0][0]:.2f} {loads[0][1]:.2f} {loads[0][2]:.2f}", flush=True)
@@ -254,7 +252,7 @@ def main() -> None:
         "questions": n, "batch_size": args.batch_size, "theta": args.theta, "prompt_style": args.prompt_style,
         "dataset": args.dataset, "repeats": args.repeats, "shared_head_tokens": len(head),
         "threads": torch.get_num_threads(), "dtype": str(model.dtype).removeprefix("torch."),
-        "packed_linears": args.packed_linears, "packed_linear_layers": packed_count,
+        "packed_linears": args.packed_linears, "packed_linear_layers": len(packing),
         "identical_outputs": same, "identical_queries": same_queries,
         **({"identical_outputs_head_vs_no_head": sum(a["output"] == b["output"] for a, b in zip(
             records["engine_no_head"], eng_records)) / n} if "engine_no_head" in records else {}),

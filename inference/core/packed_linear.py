@@ -21,7 +21,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-# The packed copies must leave this much of the free memory free (a 7B model on a CPU would double its weights).
+# The packed copies may take at most this share of the free memory (a 7B model on a CPU would double its weights).
 MAX_SHARE_OF_FREE_MEMORY = 0.5
 
 
@@ -71,7 +71,8 @@ class PackedLinears:
     the copies would not fit in memory, or the check against ``F.linear`` fails."""
 
     def __init__(self, model: torch.nn.Module, enabled: bool = True):
-        self._packed: dict[torch.nn.Linear, tuple[torch.Tensor, tuple[int, int]]] = {}
+        # layer -> (its forward on the packed weight, the weight's (data_ptr, version) when packed)
+        self._packed: dict[torch.nn.Linear, tuple[partial, tuple[int, int]]] = {}
         self._depth = 0
         self.reason = ""  # why nothing was packed
         layers = [m for m in model.modules() if _eligible(m)] if enabled else []
@@ -102,7 +103,7 @@ class PackedLinears:
 
     def _pack(self, module: torch.nn.Linear) -> None:
         w = module.weight
-        self._packed[module] = (_reorder(w), (w.data_ptr(), w._version))
+        self._packed[module] = (partial(_forward, module, _reorder(w)), (w.data_ptr(), w._version))
 
     def __len__(self) -> int:
         return len(self._packed)
@@ -117,7 +118,7 @@ class PackedLinears:
                         del self._packed[module]
                         continue
                     self._pack(module)
-                module.forward = partial(_forward, module, self._packed[module][0])
+                module.forward = self._packed[module][0]
         return self
 
     def __exit__(self, *exc) -> None:
