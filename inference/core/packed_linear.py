@@ -97,26 +97,30 @@ class PackedLinears:
                            f"({free / 2**30:.1f} GiB)")
             return
         try:
-            first = _reorder(layers[0].weight)
-            if not _same_as_stock(layers[0], first):
+            if not _same_as_stock(layers[0], self._pack(layers[0])):
+                self._packed.clear()
                 self.reason = "the prepacked kernel's results differ from F.linear here"
                 return
-            for m in layers:
+            for m in layers[1:]:
                 self._pack(m)
         except RuntimeError as err:  # a kernel that rejects a shape: keep the stock layers
             self._packed.clear()
             self.reason = f"oneDNN refused: {err}"
 
-    def _pack(self, module: torch.nn.Linear) -> None:
+    def _pack(self, module: torch.nn.Linear) -> torch.Tensor:
         w = module.weight
-        self._packed[module] = (partial(_forward, module, _reorder(w)), (w.data_ptr(), w._version))
+        packed = _reorder(w)
+        self._packed[module] = (partial(_forward, module, packed), (w.data_ptr(), w._version))
+        return packed
 
     def __len__(self) -> int:
         return len(self._packed)
 
     def __enter__(self) -> PackedLinears:
         self._depth += 1
-        if self._depth == 1:
+        if self._depth > 1:
+            return self
+        try:
             for module, (_, stamp) in list(self._packed.items()):
                 w = module.weight
                 if (w.data_ptr(), w._version) != stamp:  # changed since packing (a merged adapter, a new load)
@@ -125,6 +129,9 @@ class PackedLinears:
                         continue
                     self._pack(module)
                 module.forward = self._packed[module][0]
+        except BaseException:  # a repack that fails leaves every layer stock, as ``with`` never began
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
