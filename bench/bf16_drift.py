@@ -8,7 +8,7 @@ attention a_max, score) on the model loaded in float32 and in bfloat16; runs alt
 timing is the median. Drift: per question, words are compared while both runs generated the same text (rounds in
 order, stopping at the first different word: greedy tokens diverged); the questions whose retrievals (positions
 and queries) differ are counted. Headline ``ratio``: fp32 seconds ÷ bf16 seconds (> 1: bf16 is faster). Also
-prints what ``dtype="auto"`` decides on this CPU (``inference/core/cpu_dtype.py``) and the probe's numbers.
+prints what ``dtype="auto"`` decides on this CPU (``adaptive_rag/lm/cpu_dtype.py``) and the probe's numbers.
 """
 
 from __future__ import annotations
@@ -80,14 +80,14 @@ def main() -> None:
     args = parser.parse_args()
     set_threads(args.threads)
 
-    from data_builders.question_sets import load_questions
-    from inference.core.cpu_dtype import cpu_auto_decision
-    from inference.core.models import ModelOptions, load_causal_lm
-    from inference.core.question_set import QuestionSet
-    from inference.engine import DynamicRAGEngine, EngineConfig
-    from inference.eval_data import load_eval_retriever
-    from inference.methods import MethodConfig
-    from inference.prompts import PromptBuilder, PromptConfig
+    from adaptive_rag.lm.cpu_dtype import cpu_auto_decision
+    from adaptive_rag.lm.models import ModelOptions, load_causal_lm
+    from adaptive_rag.plumbing.question_set import QuestionSet
+    from data_builders.question_loader import load_questions
+    from inference.commands.eval_data import load_eval_retriever
+    from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
+    from inference.dynamic_rag.methods import MethodConfig
+    from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
 
     decision = cpu_auto_decision()
     print(decision.describe())

@@ -21,8 +21,8 @@ from harness import add_json_arg, add_threads_arg, load_1min, set_threads, timed
 
 
 def plain_generate(model, tokenizer, prompts: list[str], batch_size: int, max_new_tokens: int) -> list[str]:
-    from inference.core.decoder import stop_token_ids
-    from inference.core.tokenization import batch_prompt_ids
+    from adaptive_rag.lm.decoder import stop_token_ids
+    from adaptive_rag.lm.tokenization import batch_prompt_ids
 
     stops = sorted(stop_token_ids(tokenizer))
     texts = []
@@ -52,10 +52,10 @@ def main() -> None:
     args = parser.parse_args()
     set_threads(args.threads)
 
+    from adaptive_rag.lm.models import ModelOptions, load_causal_lm
     from data_builders.adapt_closed_book import model_closed_book_fn
     from data_builders.adapt_llm import AdaptDataConfig, load_source
     from data_builders.adapt_llm_prompts import never_retrieve_prompt, response_text
-    from inference.core.models import ModelOptions, load_causal_lm
 
     data_cfg = AdaptDataConfig(limit=args.questions)
     examples = load_source(data_cfg)

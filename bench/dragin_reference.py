@@ -6,7 +6,7 @@ The decisions use exactly the engine's functions (``check_trigger``, ``form_quer
 paper prompt's stop, either DRAGIN profile) evaluated at the same points (each sentence end, with the rows
 available at that point), so greedy outputs can be compared one to one.
 
-With ``profile`` set (an :class:`inference.core.profiling.Profile`), it times the same sections as the engine's
+With ``profile`` set (an :class:`adaptive_rag.lm.profiling.Profile`), it times the same sections as the engine's
 profile: prefill and decode steps of ``generate`` (split at the first logits processor call), the extra attention
 passes, retrieval, prompt building and the per-token decision loop ("signals").
 """
@@ -20,18 +20,18 @@ from contextlib import nullcontext
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from inference.core.decoder import stop_token_ids
-from inference.core.profiling import Profile
-from inference.core.records import QAExample
-from inference.core.retriever import Retriever
-from inference.core.tokenization import prompt_ids
-from inference.engine import ANSWER_MARKER, qfs_eligible
-from inference.methods import MethodConfig
-from inference.prompts import PromptBuilder
-from inference.queries import form_query
-from inference.round_view import RoundView
-from inference.text_units import TokenText, ends_sentence
-from inference.triggers import check_trigger
+from adaptive_rag.lm.decoder import stop_token_ids
+from adaptive_rag.lm.profiling import Profile
+from adaptive_rag.lm.tokenization import prompt_ids
+from adaptive_rag.plumbing.records import QAExample
+from adaptive_rag.plumbing.retriever import Retriever
+from inference.dynamic_rag.engine import ANSWER_MARKER, qfs_eligible
+from inference.dynamic_rag.methods import MethodConfig
+from inference.dynamic_rag.prompts import PromptBuilder
+from inference.dynamic_rag.queries import form_query
+from inference.dynamic_rag.round_view import RoundView
+from inference.dynamic_rag.text_units import TokenText, ends_sentence
+from inference.dynamic_rag.triggers import check_trigger
 
 
 class ReferenceDragin:

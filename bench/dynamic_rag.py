@@ -42,19 +42,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 from dragin_reference import ReferenceDragin  # noqa: E402
 
-from data_builders.question_sets import load_questions  # noqa: E402
-from inference.core.decoder import BatchDecoder, Sequence, shared_head_ids  # noqa: E402
-from inference.core.models import ModelOptions, load_causal_lm  # noqa: E402
-from inference.core.packed_linear import linear_packing  # noqa: E402
-from inference.core.profiling import Profile  # noqa: E402
-from inference.core.question_set import QuestionSet  # noqa: E402
-from inference.core.records import Passage  # noqa: E402
-from inference.core.tokenization import batch_prompt_ids  # noqa: E402
-from inference.engine import DynamicRAGEngine, EngineConfig  # noqa: E402
-from inference.eval_data import load_eval_retriever  # noqa: E402
-from inference.methods import MethodConfig  # noqa: E402
-from inference.prompts import PromptBuilder, PromptConfig  # noqa: E402
-from inference.text_units import split_sentences  # noqa: E402
+from adaptive_rag.lm.decoder import BatchDecoder, Sequence, shared_head_ids  # noqa: E402
+from adaptive_rag.lm.models import ModelOptions, load_causal_lm  # noqa: E402
+from adaptive_rag.lm.packed_linear import linear_packing  # noqa: E402
+from adaptive_rag.lm.profiling import Profile  # noqa: E402
+from adaptive_rag.lm.tokenization import batch_prompt_ids  # noqa: E402
+from adaptive_rag.plumbing.question_set import QuestionSet  # noqa: E402
+from adaptive_rag.plumbing.records import Passage  # noqa: E402
+from data_builders.question_loader import load_questions  # noqa: E402
+from inference.commands.eval_data import load_eval_retriever  # noqa: E402
+from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig  # noqa: E402
+from inference.dynamic_rag.methods import MethodConfig  # noqa: E402
+from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig  # noqa: E402
+from inference.dynamic_rag.text_units import split_sentences  # noqa: E402
 
 SECTIONS = ("prefill", "decode", "attention_pass", "cache", "retrieval", "signals", "prompts", "tokenisation")
 # The engine's own methods, timed from outside (the engine has no profile hook of its own).

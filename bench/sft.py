@@ -47,7 +47,7 @@ def adapt_dataset(questions: int, max_passage_words: int):
 
 
 def load_model(args, dtype: torch.dtype, device: str):
-    from inference.core.models import ModelOptions, load_causal_lm, load_tokenizer, resolve_model
+    from adaptive_rag.lm.models import ModelOptions, load_causal_lm, load_tokenizer, resolve_model
 
     if args.attn == "sdpa_varlen":
         from training.varlen_attention import register

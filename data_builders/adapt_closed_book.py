@@ -14,11 +14,11 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from adaptive_rag.lm.generation import Generator, LMGenerator
+from adaptive_rag.plumbing.progress import bar_options
+from adaptive_rag.plumbing.record_log import FolderLock, RecordLog
+from adaptive_rag.plumbing.records import DataError, QAExample
 from data_builders.adapt_llm_prompts import PromptVariant, never_retrieve_prompt, response_text
-from inference.core.generation import Generator, LMGenerator
-from inference.core.progress import bar_options
-from inference.core.record_log import FolderLock, RecordLog
-from inference.core.records import DataError, QAExample
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ answers. A gold passage longer than ``max_passage_words`` keeps a window around 
 (:func:`data_builders.adapt_llm_prompts.answer_window`); ``stats.json`` counts ``passages_cut`` and
 ``passages_recentred``.
 
-Questions (a :class:`~inference.core.question_set.QuestionSet`: ``dataset``, ``split``, ``start``, ``limit``,
+Questions (a :class:`~adaptive_rag.plumbing.question_set.QuestionSet`: ``dataset``, ``split``, ``start``, ``limit``,
 ``shuffle_seed``): ``world-adapt-train`` (default: the training part of the embedded world's fictional single-hop
 and common-knowledge questions; :func:`data_builders.adapt_world.world_split` holds out the rest,
 ``world-adapt-heldout``, for evaluation) or any QA file that ships gold passages (canonical JSONL, SQuAD, NQ with
@@ -42,6 +42,14 @@ from typing import Any, ClassVar, Literal
 
 from datasets import Dataset, DatasetDict, Features, Value, load_from_disk
 
+from adaptive_rag.plumbing.atomic_files import atomic_folder, write_text_atomic
+from adaptive_rag.plumbing.cards import check_repo_id, push_to_hub, write_dataset_card
+from adaptive_rag.plumbing.config import parse_config, run_cli, save_config
+from adaptive_rag.plumbing.metrics import contained_accuracy, exact_match
+from adaptive_rag.plumbing.progress import library_bars_quiet
+from adaptive_rag.plumbing.question_set import QuestionSet
+from adaptive_rag.plumbing.record_log import FolderLock
+from adaptive_rag.plumbing.records import DataError, QAExample
 from data_builders.adapt_closed_book import ClosedBookFn, answer_closed_book, model_closed_book_fn
 from data_builders.adapt_llm_prompts import (
     RET_TOKEN,
@@ -51,16 +59,8 @@ from data_builders.adapt_llm_prompts import (
     never_retrieve_prompt,
     parametric_prompt,
 )
-from data_builders.question_sets import WorldOptions, load_questions
+from data_builders.question_loader import WorldOptions, load_questions
 from data_builders.readers import QA_FORMATS
-from inference.core.atomic_files import atomic_folder, write_text_atomic
-from inference.core.cards import check_repo_id, push_to_hub, write_dataset_card
-from inference.core.config import parse_config, run_cli, save_config
-from inference.core.metrics import contained_accuracy, exact_match
-from inference.core.progress import library_bars_quiet
-from inference.core.question_set import QuestionSet
-from inference.core.record_log import FolderLock
-from inference.core.records import DataError, QAExample
 
 logger = logging.getLogger(__name__)
 

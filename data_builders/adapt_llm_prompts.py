@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from inference.core.records import Passage
+from adaptive_rag.plumbing.records import Passage
 
 RET_TOKEN = "<RET>"
 PromptVariant = Literal["paper", "reference"]

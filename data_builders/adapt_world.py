@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import random
 
+from adaptive_rag.plumbing.records import QAExample
 from data_builders.world import WorldConfig, build_world
-from inference.core.records import QAExample
 
 
 def _group_key(ex: QAExample) -> str:

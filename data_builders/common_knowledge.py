@@ -10,7 +10,7 @@ its answers (canonical form first; it appears in the passage) and its passage.
 
 from __future__ import annotations
 
-from inference.core.records import Passage, QAExample
+from adaptive_rag.plumbing.records import Passage, QAExample
 
 # (country, capital, extra answer aliases)
 CAPITALS = (

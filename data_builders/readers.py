@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from adaptive_rag.plumbing.records import DataError, Passage, QAExample
 from data_builders import readers_processed as proc
 from data_builders import readers_release as rel
 from data_builders.readers_hf import read_hf_qa
@@ -43,7 +44,6 @@ from data_builders.source_files import (
     load_json_records,
     passage_id,
 )
-from inference.core.records import DataError, Passage, QAExample
 
 __all__ = [
     "CORPUS_FORMATS",

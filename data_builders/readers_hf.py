@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from adaptive_rag.plumbing.records import DataError, QAExample
 from data_builders.source_files import (
     Loc,
     Parsed,
@@ -16,7 +17,6 @@ from data_builders.source_files import (
     require,
     require_str,
 )
-from inference.core.records import DataError, QAExample
 
 
 def _hf_answers(value: Any, loc: Loc, key: str) -> list[str]:

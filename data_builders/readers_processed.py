@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from adaptive_rag.plumbing.records import Passage, QAExample
 from data_builders.readers_release import popqa_example
 from data_builders.source_files import (
     Loc,
@@ -24,7 +25,6 @@ from data_builders.source_files import (
     require_list,
     require_str,
 )
-from inference.core.records import Passage, QAExample
 
 _MUSIQUE_HOPS = re.compile(r"^(\d+hop\d*)__")
 

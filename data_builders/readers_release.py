@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from adaptive_rag.plumbing.records import Passage, QAExample
 from data_builders.source_files import (
     Loc,
     Parsed,
@@ -26,7 +27,6 @@ from data_builders.source_files import (
     require_list,
     require_str,
 )
-from inference.core.records import Passage, QAExample
 
 # 2WikiMultihopQA question types that HotpotQA ("bridge" / "comparison") does not use: they tell the
 # two apart when sniffing a file, as do 2Wiki's "evidences" and HotpotQA's "level".

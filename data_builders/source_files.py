@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inference.core.records import DataError, Passage, QAExample
+from adaptive_rag.plumbing.records import DataError, Passage, QAExample
 
 logger = logging.getLogger(__name__)
 

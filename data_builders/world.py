@@ -21,13 +21,13 @@ import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from adaptive_rag.plumbing.records import Passage, QAExample
 from data_builders import world_questions
 from data_builders.common_knowledge import common_knowledge_examples
 from data_builders.readers import write_passages_jsonl, write_qa_jsonl
 from data_builders.world_entities import INDUSTRY_SUFFIXES, Entity, WorldBuilder, occupation_plan
 from data_builders.world_names import NameGen
 from data_builders.world_passages import render
-from inference.core.records import Passage, QAExample
 
 # Distractor kinds and their weights: mostly people and places, like an encyclopedia.
 DISTRACTOR_KINDS = ("person", "city", "company", "university", "band", "book", "film", "album", "country")

@@ -10,8 +10,8 @@ import random
 from collections import defaultdict
 from typing import Any
 
+from adaptive_rag.plumbing.records import Passage, QAExample
 from data_builders.world_entities import Entity
-from inference.core.records import Passage, QAExample
 
 # relation -> templates; "{x}" is the subject's full name.
 SINGLE_TEMPLATES: dict[str, dict[str, tuple[str, ...]]] = {

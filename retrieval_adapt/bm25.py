@@ -8,9 +8,9 @@ from pathlib import Path
 import bm25s
 import Stemmer
 
-from inference.core.progress import show_inner_progress
-from inference.core.records import DataError, Passage
-from inference.core.retriever import Hit
+from adaptive_rag.plumbing.progress import show_inner_progress
+from adaptive_rag.plumbing.records import DataError, Passage
+from adaptive_rag.plumbing.retriever import Hit
 from retrieval_adapt.corpus_store import damaged, index_writer, load_meta, load_passages, save_store
 
 # bm25s sets its own logger to DEBUG on import, so "Building index from tokens" reached every log handler.

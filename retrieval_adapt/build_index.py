@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from adaptive_rag.plumbing.config import parse_config, run_cli, save_config
+from adaptive_rag.plumbing.records import DataError
 from data_builders.readers import read_corpus
 from data_builders.world import WorldConfig, build_world
-from inference.core.config import parse_config, run_cli, save_config
-from inference.core.records import DataError
 from retrieval_adapt.bm25 import BM25Retriever
 from retrieval_adapt.corpus_store import index_writer
 

@@ -15,10 +15,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from adaptive_rag.plumbing.atomic_files import atomic_folder, old_path, recover
+from adaptive_rag.plumbing.record_log import FolderLock
+from adaptive_rag.plumbing.records import DataError, Passage
 from data_builders.readers import read_passages_jsonl, write_passages_jsonl
-from inference.core.atomic_files import atomic_folder, old_path, recover
-from inference.core.record_log import FolderLock
-from inference.core.records import DataError, Passage
 
 META = "meta.json"
 PASSAGES = "passages.jsonl"

@@ -27,11 +27,11 @@ from typing import Literal
 
 import torch
 
-from inference.core.cards import check_repo_id, push_to_hub
-from inference.core.config import config_dict, save_config
-from inference.core.models import hub_offline
-from inference.core.progress import bar_options, library_bars_quiet
-from inference.core.record_log import FolderLock, check_same_settings
+from adaptive_rag.lm.models import hub_offline
+from adaptive_rag.plumbing.cards import check_repo_id, push_to_hub
+from adaptive_rag.plumbing.config import config_dict, save_config
+from adaptive_rag.plumbing.progress import bar_options, library_bars_quiet
+from adaptive_rag.plumbing.record_log import FolderLock, check_same_settings
 from retrieval_adapt import distill_checkpoints as ckpt
 from retrieval_adapt.distill_card import write_encoder_card_of
 from retrieval_adapt.distill_checkpoints import GracefulStop, MetricsLog, TrainerState

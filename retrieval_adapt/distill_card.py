@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from inference.core.cards import write_encoder_card
-from inference.core.record_log import RecordLog
+from adaptive_rag.plumbing.cards import write_encoder_card
+from adaptive_rag.plumbing.record_log import RecordLog
 from retrieval_adapt import distill_checkpoints as ckpt
 
 if TYPE_CHECKING:

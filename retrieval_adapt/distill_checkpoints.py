@@ -23,8 +23,8 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from inference.core.atomic_files import atomic_folder, commit, remove, tmp_path, write_text_atomic
-from inference.core.record_log import RecordLog
+from adaptive_rag.plumbing.atomic_files import atomic_folder, commit, remove, tmp_path, write_text_atomic
+from adaptive_rag.plumbing.record_log import RecordLog
 
 logger = logging.getLogger(__name__)
 

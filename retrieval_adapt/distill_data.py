@@ -10,9 +10,9 @@ from typing import Literal
 
 import torch
 
-from inference.core.metrics import normalize_answer
-from inference.core.records import DataError
-from inference.core.retriever import join_query
+from adaptive_rag.plumbing.metrics import normalize_answer
+from adaptive_rag.plumbing.records import DataError
+from adaptive_rag.plumbing.retriever import join_query
 from retrieval_adapt.dense import DenseRetriever
 
 logger = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def load_distill_data(data_dir: str | Path, index_dir: str | Path, *, device: st
 
     path = Path(data_dir) / "dataset"
     if not path.is_dir():
-        raise FileNotFoundError(f"{path} does not exist; build it with `python -m data_builders.distill_set`")
+        raise FileNotFoundError(f"{path} does not exist; build it with `python -m training.distill_set`")
     data = load_from_disk(str(path))
     if exclude_answers:
         kept = {split: without_answers(data[split], exclude_answers) for split in ("train", "validation")}

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from inference.core.models import load_encoder, resolve_model
-from inference.core.progress import bar_options
+from adaptive_rag.lm.models import load_encoder, resolve_model
+from adaptive_rag.plumbing.progress import bar_options
 
 
 def mean_pool(last_hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -1,11 +1,11 @@
-"""Open any saved index folder as a :class:`~inference.core.retriever.Retriever`."""
+"""Open any saved index folder as a :class:`~adaptive_rag.plumbing.retriever.Retriever`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from inference.core.config import ConfigError
-from inference.core.retriever import Retriever
+from adaptive_rag.plumbing.config import ConfigError
+from adaptive_rag.plumbing.retriever import Retriever
 from retrieval_adapt.bm25 import BM25Retriever
 from retrieval_adapt.corpus_store import damaged, load_meta
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from inference.core.metrics import contained_accuracy
-from inference.core.records import QAExample
-from inference.core.retriever import Hit, Retriever
+from adaptive_rag.plumbing.metrics import contained_accuracy
+from adaptive_rag.plumbing.records import QAExample
+from adaptive_rag.plumbing.retriever import Hit, Retriever
 
 
 def gold_recall(hits: list[Hit], example: QAExample, k: int) -> float:
@@ -17,7 +17,8 @@ def gold_recall(hits: list[Hit], example: QAExample, k: int) -> float:
 
 def answer_recall(hits: list[Hit], example: QAExample, k: int) -> float:
     """1.0 when any of the top-k passages contains any gold answer: SQuAD-normalised text on word boundaries
-    (:func:`inference.core.metrics.contained_accuracy`), so the gold "no" is not found inside "known" or "not"."""
+    (:func:`adaptive_rag.plumbing.metrics.contained_accuracy`), so the gold "no" is not found inside "known" or
+    "not"."""
     if not any(a.strip() for a in example.answers):
         return 0.0
     return float(any(contained_accuracy(h.passage.contents, example.answers) for h in hits[:k]))

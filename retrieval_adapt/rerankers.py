@@ -21,10 +21,10 @@ from typing import Literal
 import torch
 from tqdm.auto import tqdm
 
-from inference.core.generation import Prompt, render_prompt
-from inference.core.models import ModelOptions, load_causal_lm, resolve_device, resolve_model
-from inference.core.progress import bar_options
-from inference.core.records import Passage
+from adaptive_rag.lm.generation import Prompt, render_prompt
+from adaptive_rag.lm.models import ModelOptions, load_causal_lm, resolve_device, resolve_model
+from adaptive_rag.plumbing.progress import bar_options
+from adaptive_rag.plumbing.records import Passage
 
 LLMScore = Literal["answer_logprob", "yes_logprob"]
 

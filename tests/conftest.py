@@ -7,19 +7,19 @@ import os
 # Tests never touch the network: a hub id fails at once instead of retrying for a minute.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# dtype "auto" on CPU probes for bf16 (inference/core/cpu_dtype.py): tests must not depend on the machine
+# dtype "auto" on CPU probes for bf16 (adaptive_rag/lm/cpu_dtype.py): tests must not depend on the machine
 os.environ.setdefault("ADAPTIVE_RAG_CPU_DTYPE", "float32")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from inference.core.records import Passage  # noqa: E402
-from inference.core.retriever import Hit  # noqa: E402
+from adaptive_rag.plumbing.records import Passage  # noqa: E402
+from adaptive_rag.plumbing.retriever import Hit  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def smol_tokenizer():
-    from inference.core.models import load_tokenizer
+    from adaptive_rag.lm.models import load_tokenizer
 
     return load_tokenizer("smollm2-135m")
 
@@ -41,7 +41,7 @@ def tiny_model(smol_tokenizer):
 
 @pytest.fixture(scope="session")
 def smol_model():
-    from inference.core.models import load_causal_lm
+    from adaptive_rag.lm.models import load_causal_lm
 
     return load_causal_lm("smollm2-135m")
 
@@ -67,7 +67,7 @@ def bos_tokenizer():
     """SmolLM2's tokenizer made to put BOS before plain text, as Llama-2's and Mistral's do."""
     from tokenizers.processors import TemplateProcessing
 
-    from inference.core.models import load_tokenizer
+    from adaptive_rag.lm.models import load_tokenizer
 
     tokenizer = load_tokenizer("smollm2-135m")
     bos = tokenizer.bos_token

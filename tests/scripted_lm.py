@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from conftest import tiny_llama
 
-from inference.prompts import PromptBuilder
+from inference.dynamic_rag.prompts import PromptBuilder
 
 
 def scripted_llama(tokenizer, script: str, *, strength: float = 2.0):

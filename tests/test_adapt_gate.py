@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from adaptive_rag.lm.generation import Generation
+from adaptive_rag.plumbing.records import Passage, QAExample
+from adaptive_rag.plumbing.retriever import Hit
 from data_builders.adapt_llm_prompts import context_prompt, never_retrieve_prompt, parametric_prompt
-from inference.adapt_gate import (
+from inference.adapt_gate.gate import (
     AdaptGate,
     GateConfig,
     GateRecord,
@@ -19,9 +22,6 @@ from inference.adapt_gate import (
     summarize,
     sweep_threshold,
 )
-from inference.core.generation import Generation
-from inference.core.records import Passage, QAExample
-from inference.core.retriever import Hit
 
 ROOT = Path(__file__).resolve().parents[1]
 # question id -> (parametric output, p(<RET>), NR output, context output)
@@ -185,7 +185,7 @@ def test_end_to_end_real_smollm2(tmp_path, capsys):
         "max_passage_words": 40, "output_dir": str(tmp_path / "model"), "micro_batch_size": 4,
         "effective_batch_size": 4, "max_steps": 1, "max_length": 192, "warmup_steps": 0, "eval_steps": None,
         "eval_limit": 4, "eval_max_new_tokens": 6}))
-    from inference.core.config import run_cli
+    from adaptive_rag.plumbing.config import run_cli
 
     assert run_cli(script.main, argv=[str(config)]) == 0
     stats = json.loads((tmp_path / "data" / "stats.json").read_text())

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from adaptive_rag.plumbing.config import ConfigError, run_cli
+from adaptive_rag.plumbing.records import DataError, Passage, QAExample
 from data_builders import adapt_closed_book
 from data_builders.adapt_llm import (
     AdaptDataConfig,
@@ -28,8 +30,6 @@ from data_builders.adapt_llm_prompts import (
     parametric_prompt,
 )
 from data_builders.adapt_world import world_split
-from inference.core.config import ConfigError, run_cli
-from inference.core.records import DataError, Passage, QAExample
 
 HEAD = ("Below is an instruction that describes a task, paired with an input that provides further context. "
         "Write a response that appropriately completes the request.\n\n### Instruction:\n")
@@ -215,7 +215,7 @@ def test_world_source_sampling(tmp_path):
     (["--closed_book_batch_size", "0"], "closed_book_batch_size"),
 ])
 def test_bad_config_fails(override, message):
-    from inference.core.config import parse_config
+    from adaptive_rag.plumbing.config import parse_config
 
     with pytest.raises(ConfigError, match=message):
         parse_config((AdaptDataConfig,), override)
@@ -286,7 +286,7 @@ def test_baseline_modes_build_one_gold_instance_per_question(tmp_path, mode):
 
 
 def test_mode_is_checked():
-    from inference.core.config import parse_config
+    from adaptive_rag.plumbing.config import parse_config
 
     assert parse_config((AdaptDataConfig,), [])[0].mode == "adapt"
     with pytest.raises((ConfigError, SystemExit)):

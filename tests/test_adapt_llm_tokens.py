@@ -7,9 +7,9 @@ from __future__ import annotations
 from conftest import bos_tokenizer
 from datasets import Dataset
 
+from adaptive_rag.lm.models import load_tokenizer
+from adaptive_rag.lm.tokenization import prompt_ids
 from data_builders.adapt_llm_prompts import context_prompt, parametric_prompt
-from inference.core.models import load_tokenizer
-from inference.core.tokenization import prompt_ids
 from training.adapt_llm_tokens import completion_token_ids, tokenize_instances, tokenize_split
 
 

@@ -15,11 +15,11 @@ import yaml
 from conftest import bos_tokenizer
 from datasets import Dataset, DatasetDict
 
+from adaptive_rag.lm.models import load_tokenizer
+from adaptive_rag.plumbing.config import ConfigError, parse_config, run_cli
+from adaptive_rag.plumbing.records import Passage, QAExample
 from data_builders.adapt_llm import COLUMNS, AdaptDataConfig, build_adapt_dataset
 from data_builders.adapt_llm_prompts import parametric_prompt
-from inference.core.config import ConfigError, parse_config, run_cli
-from inference.core.models import load_tokenizer
-from inference.core.records import Passage, QAExample
 from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig
 from training.lora_sft import (
     add_ret_token,
@@ -179,8 +179,8 @@ def test_ret_row_gets_its_own_learning_rate(tiny_dir):
 
 
 def test_loaded_adapter_generates_with_p_ret(tiny_dir, data, tmp_path):
-    from inference.adapt_gate import model_generator
-    from inference.core.models import load_causal_lm
+    from adaptive_rag.lm.models import load_causal_lm
+    from inference.adapt_gate.gate import model_generator
 
     data_cfg, dsd = data
     train_adapt(data_cfg, _train_cfg(tmp_path / "m", merge_adapter=True), dsd)
@@ -287,8 +287,8 @@ def test_untied_model_trains_both_ret_rows_and_emits_ret_after_reload(untied_dir
     reload, or greedy decoding never emits <RET>. All-<RET> targets, then inference's greedy path from disk."""
     from safetensors import safe_open
 
-    from inference.core.generation import generate_texts
-    from inference.core.models import load_causal_lm
+    from adaptive_rag.lm.generation import generate_texts
+    from adaptive_rag.lm.models import load_causal_lm
 
     prompts = [parametric_prompt(f"Where is Town{i}?") for i in range(8)]
     data_cfg = AdaptDataConfig(data_dir=str(tmp_path / "data"), base_model=str(untied_dir))
@@ -338,7 +338,7 @@ def test_training_ids_are_inference_prompt_ids(tmp_path, monkeypatch):
     already starts with it (as a chat template writes it); trl alone would put two there."""
     import trl
 
-    from inference.core.tokenization import prompt_ids
+    from adaptive_rag.lm.tokenization import prompt_ids
 
     tokenizer = bos_tokenizer()
     base = _save_tiny(tmp_path / "bos-model", tokenizer=tokenizer)
@@ -395,7 +395,7 @@ def test_adapter_names_a_base_that_plain_peft_loads(tiny_dir, data, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from inference.core.models import ADAPTER_BASE_FILE, load_causal_lm
+    from adaptive_rag.lm.models import ADAPTER_BASE_FILE, load_causal_lm
 
     data_cfg, dsd = data
     out = tmp_path / "model"
@@ -419,8 +419,8 @@ def test_embedded_base_is_recorded_by_its_hub_id_and_loaded_by_its_embedded_name
     """An adapter on the embedded SmolLM2 names HuggingFaceTB/SmolLM2-135M-Instruct (the same model, loadable
     anywhere); adaptive_rag.json keeps `smollm2-135m`, which the project's loader and checks prefer (offline
     too, where the hub id is not in the cache)."""
-    from inference.core.models import adapter_base
-    from inference.eval_checks import check_model_name
+    from adaptive_rag.lm.models import adapter_base
+    from inference.commands.eval_checks import check_model_name
     from training.lora_sft import loadable_base, project_base, record_adapter_base
 
     assert loadable_base("smollm2-135m") == "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -479,7 +479,7 @@ def _script():
 ])
 def test_job_checks_its_inputs_before_any_model_loads(data, tmp_path, monkeypatch, capsys, fields, message):
     """The SQuAD -> PopQA recipe once failed only after Algorithm 1 and training, at its evaluation index."""
-    import inference.core.models
+    import adaptive_rag.lm.models
 
     data_cfg, _ = data
     monkeypatch.chdir(tmp_path)
@@ -487,7 +487,7 @@ def test_job_checks_its_inputs_before_any_model_loads(data, tmp_path, monkeypatc
     def no_load(*args, **kwargs):
         raise AssertionError("a model loaded before the inputs were checked")
 
-    monkeypatch.setattr(inference.core.models, "load_causal_lm", no_load)
+    monkeypatch.setattr(adaptive_rag.lm.models, "load_causal_lm", no_load)
     fields = {k: str(tmp_path) if v == "HERE" else v for k, v in fields.items()}
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({
@@ -504,17 +504,17 @@ def test_training_frees_its_model_before_the_evaluation_loads_one(tiny_dir, data
     still resident (3.6 GB against 1.6 GB once freed)."""
     import weakref
 
-    import inference.core.models
+    import adaptive_rag.lm.models
 
     data_cfg, dsd = data
     models = []
-    real = inference.core.models.load_causal_lm
+    real = adaptive_rag.lm.models.load_causal_lm
 
     def recording(*args, **kwargs):
         model, tokenizer = real(*args, **kwargs)
         models.append(weakref.ref(model))
         return model, tokenizer
 
-    monkeypatch.setattr(inference.core.models, "load_causal_lm", recording)
+    monkeypatch.setattr(adaptive_rag.lm.models, "load_causal_lm", recording)
     train_adapt(data_cfg, _train_cfg(tmp_path / "model"), dsd)
     assert len(models) == 1 and models[0]() is None

@@ -15,15 +15,15 @@ import yaml
 from conftest import tiny_llama
 from huggingface_hub import DatasetCard, ModelCard
 
-from data_builders.adapt_llm import AdaptDataConfig, load_adapt_dataset, save_dataset
-from inference.core.cards import (
+from adaptive_rag.plumbing.cards import (
     PushToHubError,
     push_to_hub,
     write_adapter_card,
     write_dataset_card,
 )
-from inference.core.config import run_cli
-from inference.core.records import Passage
+from adaptive_rag.plumbing.config import run_cli
+from adaptive_rag.plumbing.records import Passage
+from data_builders.adapt_llm import AdaptDataConfig, load_adapt_dataset, save_dataset
 
 SHA = "ab" * 32
 
@@ -179,8 +179,8 @@ def distill_setup(tmp_path_factory) -> dict[str, Path]:
     """A tiny random BERT encoder, a dense index over 8 passages and a distillation dataset (as test_distill)."""
     from transformers import AutoTokenizer, BertConfig, BertModel
 
+    from adaptive_rag.lm.models import resolve_model
     from data_builders.distill_schema import to_dataset_dict
-    from inference.core.models import resolve_model
     from retrieval_adapt.dense import DenseRetriever
     from retrieval_adapt.encoders import MeanPoolingEncoder
 
@@ -204,8 +204,8 @@ def distill_setup(tmp_path_factory) -> dict[str, Path]:
 def test_retrieval_adapt_data_card(distill_setup, tmp_path):
     from datasets import load_dataset
 
-    from data_builders.distill_set import RetrievalAdaptDataConfig
-    from data_builders.question_sets import QuestionsConfig
+    from data_builders.question_loader import QuestionsConfig
+    from training.distill_set import RetrievalAdaptDataConfig
 
     folder = distill_setup["data"]
     stats = json.loads((folder / "stats.json").read_text())

@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from inference.core import batch_cache as bc
-from inference.core.decoder import prefill_groups
+from adaptive_rag.lm import batch_cache as bc
+from adaptive_rag.lm.decoder import prefill_groups
 
 
 def kv(rows, length, layers=2, seed=0):

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from scripted_lm import scripted_llama
 
-from inference.core import profiling
-from inference.core.decoder import BatchDecoder, Sequence
-from inference.core.profiling import Profile
-from inference.core.records import QAExample
-from inference.methods import MethodConfig
-from inference.prompts import PromptBuilder, PromptConfig
+from adaptive_rag.lm import profiling
+from adaptive_rag.lm.decoder import BatchDecoder, Sequence
+from adaptive_rag.lm.profiling import Profile
+from adaptive_rag.plumbing.records import QAExample
+from inference.dynamic_rag.methods import MethodConfig
+from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 

@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
+from adaptive_rag.plumbing.record_log import FolderInUseError
+from adaptive_rag.plumbing.records import DataError, QAExample
 from data_builders.adapt_closed_book import answer_closed_book, read_answers
-from inference.core.record_log import FolderInUseError
-from inference.core.records import DataError, QAExample
 
 WHO = {"model": "m", "prompt_variant": "paper", "max_new_tokens": 4}
 

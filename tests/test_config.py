@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inference.core.config import ConfigError, parse_config, run_cli
+from adaptive_rag.plumbing.config import ConfigError, parse_config, run_cli
 from retrieval_adapt.build_index import IndexConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +117,7 @@ def test_ctrl_c_is_one_line_and_exit_130(capsys):
 
 
 def test_run_cli_catches_a_locked_folder_and_path_mistakes(tmp_path, capsys):
-    from inference.core.record_log import FolderInUseError
+    from adaptive_rag.plumbing.record_log import FolderInUseError
 
     def locked(argv):
         raise FolderInUseError("runs/x is being written: another run (PID 7) holds it")
@@ -133,7 +133,7 @@ def test_run_cli_catches_a_locked_folder_and_path_mistakes(tmp_path, capsys):
 
 
 def _evaluate_help(capsys) -> str:
-    from inference import evaluate
+    from inference.commands import evaluate
 
     with pytest.raises(SystemExit) as stop:
         evaluate.main(["--help"])
@@ -142,13 +142,13 @@ def _evaluate_help(capsys) -> str:
 
 
 def test_evaluate_help_documents_every_field_with_its_default(capsys):
-    """inference.evaluate --help once documented 3 of its ~45 options and did not show the YAML positional."""
+    """inference.commands.evaluate --help once documented 3 of its ~45 options and did not show the YAML positional."""
     import dataclasses
 
-    from inference.evaluate import EngineConfig, EvalConfig, GateMethodConfig, MethodConfig, PromptConfig
+    from inference.commands.evaluate import EngineConfig, EvalConfig, GateMethodConfig, MethodConfig, PromptConfig
 
     text = _evaluate_help(capsys)
-    assert text.startswith("usage: python -m inference.evaluate [-h] [CONFIG.yaml] [--field value ...]")
+    assert text.startswith("usage: python -m inference.commands.evaluate [-h] [CONFIG.yaml] [--field value ...]")
     assert "Evaluate any method on any dataset with any checkpoint." in text  # the module docstring's first line
     blocks = re.split(r"\n(?=  -)", text)
     for cls in (EvalConfig, MethodConfig, PromptConfig, EngineConfig, GateMethodConfig):
@@ -173,7 +173,7 @@ def test_help_shows_the_yaml_values_as_defaults(tmp_path, capsys):
 def test_field_comments_give_help():
     from dataclasses import dataclass
 
-    from inference.core.config import field_comments, first_line
+    from adaptive_rag.plumbing.config import field_comments, first_line
 
     @dataclass
     class Knobs:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from adaptive_rag.plumbing.records import DataError, Passage, QAExample
 from data_builders.corpus import (
     SHARED_CORPUS_INPUTS,
     main,
@@ -21,7 +22,6 @@ from data_builders.corpus import (
     split_into_passages,
 )
 from data_builders.readers import read_corpus, read_passages_jsonl, read_qa
-from inference.core.records import DataError, Passage, QAExample
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from inference.core.decoder import BatchDecoder, Sequence
+from adaptive_rag.lm.decoder import BatchDecoder, Sequence
 
 
 def reference_signals(model, seq: Sequence):

@@ -13,8 +13,8 @@ import pytest
 import torch
 import yaml
 
+from adaptive_rag.plumbing.records import DataError, Passage
 from data_builders.distill_schema import to_dataset_dict
-from inference.core.records import DataError, Passage
 from retrieval_adapt.dense import DenseRetriever
 from retrieval_adapt.distill import DistillConfig, train
 from retrieval_adapt.distill_data import collate
@@ -33,7 +33,7 @@ def setup(tmp_path_factory) -> dict[str, Path]:
     """A tiny random BERT encoder folder, a dense index over 8 passages, and a distillation dataset."""
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from inference.core.models import resolve_model
+    from adaptive_rag.lm.models import resolve_model
 
     root = tmp_path_factory.mktemp("distill")
     torch.manual_seed(0)
@@ -150,10 +150,10 @@ def test_entry_script_runs_from_yaml(setup, tmp_path):
 
 @pytest.mark.parametrize("path", sorted((REPO / "retrieval_adapt" / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_config_parses(path):
-    from data_builders.distill_set import RetrievalAdaptDataConfig
-    from data_builders.question_sets import QuestionsConfig
-    from inference.core.config import parse_config
-    from retrieval_adapt.evaluate_adapted import EvaluateAdaptedConfig
+    from adaptive_rag.plumbing.config import parse_config
+    from data_builders.question_loader import QuestionsConfig
+    from training.distill_set import RetrievalAdaptDataConfig
+    from training.evaluate_adapted import EvaluateAdaptedConfig
 
     types = {"data": (QuestionsConfig, RetrievalAdaptDataConfig), "distill": (DistillConfig,),
              "evaluate": (QuestionsConfig, EvaluateAdaptedConfig)}[path.name.split("_")[0]]
@@ -278,7 +278,7 @@ def test_metrics_log_is_a_record_log(tmp_path):
 
 
 def test_resume_refuses_other_settings_and_resume_false_starts_over(setup, tmp_path):
-    from inference.core.record_log import FolderInUseError
+    from adaptive_rag.plumbing.record_log import FolderInUseError
 
     out = tmp_path / "out"
     train(_config(setup, out, max_steps=1))
@@ -295,7 +295,7 @@ def test_locked_output_folder_fails_in_one_line_and_stale_lock_is_taken_over(set
     import subprocess
     import sys
 
-    from inference.core.config import run_cli
+    from adaptive_rag.plumbing.config import run_cli
 
     spec = importlib.util.spec_from_file_location("distill_retriever", REPO / "training" / "distill_retriever.py")
     module = importlib.util.module_from_spec(spec)

@@ -11,12 +11,12 @@ import pytest
 import yaml
 from scripted_lm import CountingPrompts, scripted_llama
 
+from adaptive_rag.plumbing.records import PredictionRecord, QAExample
 from data_builders.readers import write_qa_jsonl
-from inference import evaluate as ev
-from inference.core.records import PredictionRecord, QAExample
-from inference.engine import DynamicRAGEngine, EngineConfig
-from inference.methods import MethodConfig
-from inference.prompts import PromptBuilder, PromptConfig
+from inference.commands import evaluate as ev
+from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
+from inference.dynamic_rag.methods import MethodConfig
+from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
 
 SCRIPT = " Osk founded Kelmora. Then he left:"  # the paper prompt ends with "Answer:", so the script starts there
 ROOT = Path(__file__).resolve().parents[1]

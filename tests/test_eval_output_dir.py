@@ -7,13 +7,13 @@ from pathlib import Path
 
 import yaml
 
+from adaptive_rag.plumbing.records import PredictionRecord, QAExample
 from data_builders.readers import write_qa_jsonl
-from inference import evaluate as ev
-from inference import sweep
-from inference.core.records import PredictionRecord, QAExample
-from inference.engine import EngineConfig
-from inference.methods import MethodConfig
-from inference.prompts import PromptConfig
+from inference.commands import evaluate as ev
+from inference.commands import sweep
+from inference.dynamic_rag.engine import EngineConfig
+from inference.dynamic_rag.methods import MethodConfig
+from inference.dynamic_rag.prompts import PromptConfig
 
 
 def test_default_output_dir_names_method_and_dataset():

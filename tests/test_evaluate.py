@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from adaptive_rag.plumbing.records import DataError, Passage, PredictionRecord, QAExample, RetrievalRecord
+from adaptive_rag.plumbing.scoring import summarise
 from data_builders.readers import write_qa_jsonl
-from inference import evaluate as ev
-from inference.core.records import DataError, Passage, PredictionRecord, QAExample, RetrievalRecord
-from inference.core.scoring import summarise
-from inference.engine import EngineConfig
-from inference.methods import MethodConfig
-from inference.prompts import PromptConfig
-from inference.trace import render
+from inference.commands import evaluate as ev
+from inference.commands.trace import render
+from inference.dynamic_rag.engine import EngineConfig
+from inference.dynamic_rag.methods import MethodConfig
+from inference.dynamic_rag.prompts import PromptConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,18 +76,18 @@ def test_summarise_metrics():
 
 
 def test_evaluate_cli_user_errors(tmp_path):
-    cmd = [sys.executable, "-m", "inference.evaluate", "--dataset", str(tmp_path / "missing.jsonl"),
+    cmd = [sys.executable, "-m", "inference.commands.evaluate", "--dataset", str(tmp_path / "missing.jsonl"),
            "--output_dir", str(tmp_path / "o")]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 2 and "missing.jsonl" in proc.stderr and "Traceback" not in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "inference.evaluate", "--method", "self-rag"], capture_output=True,
-                          text=True, cwd=ROOT, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "inference.commands.evaluate", "--method", "self-rag"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
 
 
 def test_engine_keeps_signals_and_trace_renders(tiny_model, smol_tokenizer, fake_retriever):
-    from inference.engine import DynamicRAGEngine
-    from inference.prompts import PromptBuilder
+    from inference.dynamic_rag.engine import DynamicRAGEngine
+    from inference.dynamic_rag.prompts import PromptBuilder
 
     eng = DynamicRAGEngine(tiny_model, smol_tokenizer, fake_retriever, PromptBuilder(smol_tokenizer),
                            MethodConfig(method="dragin", theta=0.0, max_rounds=1),
@@ -105,7 +105,7 @@ def test_engine_keeps_signals_and_trace_renders(tiny_model, smol_tokenizer, fake
 def test_evaluate_end_to_end_smollm2(tmp_path):
     """The real model through the real command: DRAGIN on three embedded two-hop questions."""
     out = tmp_path / "e2e"
-    cmd = [sys.executable, "-m", "inference.evaluate", "--method", "dragin", "--theta", "0.3", "--dataset",
+    cmd = [sys.executable, "-m", "inference.commands.evaluate", "--method", "dragin", "--theta", "0.3", "--dataset",
            "world-two-hop", "--limit", "3", "--max_new_tokens", "24", "--output_dir", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -130,7 +130,7 @@ def test_iter_retgen_runner_record_shape(tiny_model, smol_tokenizer, fake_retrie
 
 def test_config_yaml_records_the_dtype_the_model_computes_in(tmp_path, monkeypatch, tiny_model):
     """dtype auto resolves per machine: config.yaml says what it resolved to."""
-    from inference import evaluate as evaluate_module
+    from inference.commands import evaluate as evaluate_module
 
     run = evaluate_module.with_dtype(lambda examples: [], tiny_model.to(torch.bfloat16))
     assert run.resolved_dtype == "bfloat16" and run([]) == []

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-import inference.core.models
+import adaptive_rag.lm.models
+from adaptive_rag.plumbing.config import run_cli
+from adaptive_rag.plumbing.records import PredictionRecord, QAExample
 from data_builders.readers import write_qa_jsonl
-from inference import evaluate as ev
-from inference.core.config import run_cli
-from inference.core.records import PredictionRecord, QAExample
-from inference.eval_data import question_at
+from inference.commands import evaluate as ev
+from inference.commands.eval_data import question_at
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,7 +112,7 @@ CASES = ["empty JSONL", "empty JSON list", "TSV with only its header", "start pa
 
 @pytest.mark.parametrize("case", CASES)
 def test_bad_input_is_one_line_before_anything_loads_or_is_written(case, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(inference.core.models, "load_causal_lm", no_model)
+    monkeypatch.setattr(adaptive_rag.lm.models, "load_causal_lm", no_model)
     cases = _bad_inputs(tmp_path)
     assert sorted(cases) == sorted(CASES)
     argv, message = cases[case]
@@ -225,9 +225,9 @@ def test_ctrl_c_says_what_was_saved_and_the_rerun_resumes(tmp_path, monkeypatch,
 def test_a_model_that_fails_to_load_leaves_no_folder(tmp_path, monkeypatch, capsys):
     """Past the checks, a load that still fails (a hub id, a corrupt checkpoint) takes the folder it made away."""
     def fail(*args, **kwargs):
-        raise inference.core.models.ModelNotFoundError("cannot load model 'x'")
+        raise adaptive_rag.lm.models.ModelNotFoundError("cannot load model 'x'")
 
-    monkeypatch.setattr(inference.core.models, "load_causal_lm", fail)
+    monkeypatch.setattr(adaptive_rag.lm.models, "load_causal_lm", fail)
     argv = argv_for(tmp_path)
     assert run_cli(ev.main, argv=argv) == 2
     assert "cannot load model" in one_error_line(capsys) and not (tmp_path / "out").exists()
@@ -248,7 +248,7 @@ def test_data_parallel_processes_stop_together_on_a_locked_folder(tmp_path, live
     out.mkdir()
     (out / ".lock").write_text(json.dumps({"pid": live_pid, "host": socket.gethostname()}))
     # torchrun: what `accelerate launch` runs for several processes (accelerate has no multi-process CPU launcher)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "inference.evaluate",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "inference.commands.evaluate",
            "--method", "wo-rag", "--dataset", "world-two-hop", "--limit", "2", "--output_dir", str(out)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
@@ -258,8 +258,8 @@ def test_data_parallel_processes_stop_together_on_a_locked_folder(tmp_path, live
 
 
 def test_trace_question_index_out_of_range_is_one_line(capsys, tmp_path):
-    from inference.core.config import run_cli
-    from inference.trace import main as trace_main
+    from adaptive_rag.plumbing.config import run_cli
+    from inference.commands.trace import main as trace_main
 
     out = tmp_path / "t.html"
     argv = ["--dataset", "world-two-hop", "--question_index", "100000", "--out", str(out)]

@@ -12,17 +12,17 @@ from conftest import FakeRetriever as EchoRetriever
 from conftest import tiny_llama
 from test_adapt_gate import GOLD, POP, SCRIPT, FakeRetriever, StubGenerator
 
-import inference.core.models
-import inference.eval_data
-import inference.gate_eval
+import adaptive_rag.lm.models
+import inference.adapt_gate.gate_eval
+import inference.commands.eval_data
+from adaptive_rag.plumbing.config import run_cli
+from adaptive_rag.plumbing.records import QAExample
 from data_builders.readers import write_qa_jsonl
-from inference import evaluate as ev
-from inference.core.config import run_cli
-from inference.core.records import QAExample
-from inference.engine import EngineConfig
-from inference.gate_eval import GateMethodConfig, inner_method
-from inference.methods import MethodConfig
-from inference.prompts import PromptConfig
+from inference.adapt_gate.gate_eval import GateMethodConfig, inner_method
+from inference.commands import evaluate as ev
+from inference.dynamic_rag.engine import EngineConfig
+from inference.dynamic_rag.methods import MethodConfig
+from inference.dynamic_rag.prompts import PromptConfig
 
 
 class RetTokenizer:
@@ -50,9 +50,9 @@ def world(tmp_path, monkeypatch):
         stubs["retrievers"] += 1
         return stubs["ret"]
 
-    monkeypatch.setattr(inference.core.models, "load_causal_lm", lambda name, opts=None: ("model", stubs["tokenizer"]))
-    monkeypatch.setattr(inference.eval_data, "load_eval_retriever", load_retriever)
-    monkeypatch.setattr(inference.gate_eval, "model_generator", lambda *a, **k: stubs["gen"])
+    monkeypatch.setattr(adaptive_rag.lm.models, "load_causal_lm", lambda name, opts=None: ("model", stubs["tokenizer"]))
+    monkeypatch.setattr(inference.commands.eval_data, "load_eval_retriever", load_retriever)
+    monkeypatch.setattr(inference.adapt_gate.gate_eval, "model_generator", lambda *a, **k: stubs["gen"])
     stubs["data"] = data
     return stubs
 
@@ -167,12 +167,12 @@ def test_inner_method_config():
 @pytest.mark.parametrize("inner", ["dragin", "iter-retgen"])
 def test_gate_wraps_inner_method(tmp_path, world, monkeypatch, inner):
     """Only the questions whose parametric output says <RET> (b, d) reach the inner method, on a real tiny model."""
-    from inference.core.models import load_tokenizer
+    from adaptive_rag.lm.models import load_tokenizer
 
     tokenizer = load_tokenizer("smollm2-135m")
     tokenizer.add_special_tokens({"additional_special_tokens": ["<RET>"]})
     world["tokenizer"], world["ret"] = tokenizer, EchoRetriever()  # takes any query (DRAGIN's are words)
-    monkeypatch.setattr(inference.core.models, "load_causal_lm", lambda name, opts=None: (tiny_llama(len(tokenizer)),
+    monkeypatch.setattr(adaptive_rag.lm.models, "load_causal_lm", lambda name, opts=None: (tiny_llama(len(tokenizer)),
                                                                                      tokenizer))
     seen: list[str] = []
     real = ev.method_runner

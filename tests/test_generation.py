@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inference.core.generation import generate_texts
+from adaptive_rag.lm.generation import generate_texts
 
 
 def test_generate_texts_matches_generate_one_by_one(tiny_model, smol_tokenizer):
@@ -47,7 +47,7 @@ def bos_tokenizer(tokenizer):
 
 
 def test_generate_texts_puts_bos_once_where_the_tokenizer_adds_one(tiny_model, smol_tokenizer, monkeypatch):
-    from inference.core.decoder import BatchDecoder
+    from adaptive_rag.lm.decoder import BatchDecoder
 
     seen = []
     admit = BatchDecoder.admit

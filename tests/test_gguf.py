@@ -8,8 +8,8 @@ import pytest
 import torch
 from gguf_files import TOKENS, tiny_hf_model, write_gguf
 
-from inference.core import gguf_convert
-from inference.core.models import ModelNotFoundError, load_causal_lm, load_tokenizer
+from adaptive_rag.lm import gguf_convert
+from adaptive_rag.lm.models import ModelNotFoundError, load_causal_lm, load_tokenizer
 
 IDS = torch.tensor([[4, 5, 30, 31, 33, 9, 34, 20]])
 
@@ -103,7 +103,7 @@ def test_not_a_gguf_and_no_such_file(tmp_path):
 
 
 def test_evaluate_model_check_accepts_a_gguf_file(tmp_path):
-    from inference.eval_checks import check_model_name
+    from inference.commands.eval_checks import check_model_name
 
     check_model_name(str(write_gguf(tiny_hf_model(), tmp_path / "ok.gguf")))  # no conversion needed to check it
     with pytest.raises(ModelNotFoundError, match="--model .*missing.gguf: no such GGUF file"):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from inference.core.generation import Generation
-from inference.core.records import Passage, QAExample
-from inference.core.retriever import Hit, join_query
-from inference.iter_retgen import (
+from adaptive_rag.lm.generation import Generation
+from adaptive_rag.plumbing.records import Passage, QAExample
+from adaptive_rag.plumbing.retriever import Hit, join_query
+from inference.iter_retgen.loop import (
     ITER_RETGEN_TOP_K,
     IterRetGen,
     IterRetGenConfig,
@@ -15,7 +15,7 @@ from inference.iter_retgen import (
     iter_retgen_depth,
     iteration_curve,
 )
-from inference.iter_retgen_prompts import PAPER_DEMOS, Prompt, build_prompt
+from inference.iter_retgen.prompts import PAPER_DEMOS, Prompt, build_prompt
 
 
 class EchoGenerator:
@@ -147,7 +147,7 @@ def test_prediction_record_counts_each_questions_own_generation(fake_retriever):
     assert [r.round for r in preds[0].retrievals] == [1, 2] and preds[0].retrievals[0].position is None
     assert preds[0].iterations[1].answer == records[0].iterations[1].answer
     assert preds[0].batch_mean_seconds == 0.25
-    d = records[0].to_dict()  # the iteration log of retrieval_adapt.evaluate_adapted keeps its keys
+    d = records[0].to_dict()  # the iteration log of training.evaluate_adapted keeps its keys
     assert set(d) == {"id", "question", "answers", "iterations", "prediction"}
     assert set(d["iterations"][0]) == {"query", "doc_ids", "output", "answer", "metrics"}
 
@@ -158,7 +158,7 @@ def test_depth_defaults_to_the_papers_five():
 
 
 def test_answer_recall_matches_whole_words_only():
-    from inference.core.records import QAExample
+    from adaptive_rag.plumbing.records import QAExample
     from retrieval_adapt.recall import answer_recall
 
     hits = [Hit(Passage("a", "A", "It is well known that nothing was built."), 1.0),

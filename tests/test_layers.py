@@ -9,18 +9,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("inference", "data_builders", "retrieval_adapt", "training")
+PACKAGES = ("adaptive_rag", "inference", "data_builders", "retrieval_adapt", "training")
 
 # (module prefix, layer): the longest matching prefix decides.
 LAYERS = {
-    "inference.core": 0,  # foundation: config, records, models, generation, metrics, retriever interface, record log
+    "adaptive_rag": 0,  # foundation: config, records, models, generation, metrics, retriever interface, record log
     "data_builders": 1,  # readers, the embedded world, corpora, Algorithm 1's data
     "retrieval_adapt": 2,  # indexes, encoders, re-rankers, the distillation loss and loop
     "inference": 3,  # the engine, its plug-ins, Iter-RetGen, the gate, evaluation and reports
-    # jobs: builders and commands that run a model over a retriever, and training
-    "data_builders.distill_set": 4,
-    "retrieval_adapt.evaluate_adapted": 4,
-    "training": 4,
+    "training": 4,  # jobs: training, and the builders and commands that run a model over a retriever
 }
 NAMES = {0: "foundation", 1: "data", 2: "retrieval", 3: "inference", 4: "jobs"}
 # Lazy imports of project modules that are allowed, and why.
@@ -29,16 +26,16 @@ LAZY_OK: dict[tuple[str, str], str] = {
     ("retrieval_adapt.build_index", "retrieval_adapt.encoders"): "torch, for --kind dense only",
     ("retrieval_adapt.loading", "retrieval_adapt.dense"): "torch + faiss; a BM25 index needs neither",
     # torch loads where a model runs, not when a config, a check or --help is read
-    ("inference.core.generation", "inference.core.decoder"): "torch, only when text is generated",
-    ("inference.core.generation", "inference.core.models"): "torch + transformers, only to load a model by name",
-    ("inference.eval_checks", "inference.core.models"): "torch + transformers: the checks run before any load",
+    ("adaptive_rag.lm.generation", "adaptive_rag.lm.decoder"): "torch, only when text is generated",
+    ("adaptive_rag.lm.generation", "adaptive_rag.lm.models"): "torch + transformers, only to load a model by name",
+    ("inference.commands.eval_checks", "adaptive_rag.lm.models"): "torch + transformers: checks run before any load",
     ("training.adapt_llm", "training.adapt_llm_eval"): "torch: after the arguments parse and are checked",
     ("training.adapt_llm", "training.lora_sft"): "torch + trl + peft: after the arguments parse and are checked",
     # the report renders recorded runs: no torch, and matplotlib only when figures are drawn
-    ("inference.report", "inference.knobs"): "torch (via the method registry), only for sweep summaries",
-    ("inference.report", "inference.popularity_threshold"): "torch, only for a gate's popularity rows",
-    ("inference.report", "inference"): "matplotlib (report_figures), only when figures are drawn",
-    ("inference.report", "inference.report_figures"): "matplotlib, only when figures are drawn",
+    ("inference.commands.report", "inference.commands.knobs"): "torch (method registry), only for sweep summaries",
+    ("inference.commands.report", "inference.commands.popularity_threshold"): "torch, only for gate popularity rows",
+    ("inference.commands.report", "inference.commands"): "matplotlib (report_figures), only when figures are drawn",
+    ("inference.commands.report", "inference.commands.report_figures"): "matplotlib, only when figures are drawn",
 }
 
 
@@ -112,13 +109,14 @@ def test_the_foundation_imports_nothing_else_in_the_project():
 def test_the_walk_sees_an_upward_import(tmp_path):
     """The check can fail: an import of the engine from the foundation is reported."""
     src = tmp_path / "m.py"
-    src.write_text("from inference.engine import DynamicRAGEngine\n")
+    src.write_text("from inference.dynamic_rag.engine import DynamicRAGEngine\n")
     (target, _, at_top), = project_imports(src)
-    assert target == "inference.engine" and at_top and layer(target) > layer("inference.core.metrics")
+    assert target == "inference.dynamic_rag.engine" and at_top
+    assert layer(target) > layer("adaptive_rag.plumbing.metrics")
 
 
-@pytest.mark.parametrize("module,expected", [("inference.core.config", 0), ("data_builders.readers", 1),
-                                             ("data_builders.distill_set", 4), ("inference.engine", 3),
+@pytest.mark.parametrize("module,expected", [("adaptive_rag.plumbing.config", 0), ("data_builders.readers", 1),
+                                             ("training.distill_set", 4), ("inference.dynamic_rag.engine", 3),
                                              ("training.lora_sft", 4)])
 def test_layer_table(module, expected):
     assert layer(module) == expected

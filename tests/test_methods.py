@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inference.core.records import Passage, QAExample
-from inference.engine import DynamicRAGEngine, EngineConfig, QuestionState, qfs_eligible
-from inference.methods import MethodConfig
-from inference.prompts import PromptBuilder, PromptConfig
-from inference.queries import form_query
-from inference.round_view import Event, RoundView
-from inference.triggers import check_trigger
+from adaptive_rag.plumbing.records import Passage, QAExample
+from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig, QuestionState, qfs_eligible
+from inference.dynamic_rag.methods import MethodConfig
+from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
+from inference.dynamic_rag.queries import form_query
+from inference.dynamic_rag.round_view import Event, RoundView
+from inference.dynamic_rag.triggers import check_trigger
 
 
 def make_view(pieces, probs=None, entropies=None, rows=None, prompt=(" Who", " is", " Osk", "?")):
@@ -91,7 +91,7 @@ def test_qfs_query_uses_triggering_row():
     rows = rows_for(PIECES, 4, hot_source=8, hot_target=4)  # "Kelmora" attends to "Quarvik"
     rows[8][2] = 0.5  # ... and to "Osk" in the prompt
     view = make_view(PIECES, rows=rows)
-    from inference.round_view import Event
+    from inference.dynamic_rag.round_view import Event
 
     q = form_query(view, Event(token=8, score=1.0, keep=6), MethodConfig(method="dragin", qfs_top_n=2))
     assert q == "Osk Quarvik"

@@ -1,4 +1,4 @@
-"""Hand-computed checks for inference.core.metrics (SQuAD / HotpotQA / PopQA style answer metrics)."""
+"""Hand-computed checks for adaptive_rag.plumbing.metrics (SQuAD / HotpotQA / PopQA style answer metrics)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from inference.core.metrics import (
+from adaptive_rag.plumbing.metrics import (
     SCORE_KEYS,
     aggregate,
     contained_accuracy,

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import retrieval_adapt.distill
-from inference.core import config, gguf_convert, models
-from inference.core.models import (
+from adaptive_rag.lm import gguf_convert, models
+from adaptive_rag.lm.models import (
     ModelNotFoundError,
     adapter_base,
     hub_offline,
@@ -23,6 +23,7 @@ from inference.core.models import (
     load_tokenizer,
     resolve_model,
 )
+from adaptive_rag.plumbing import config
 
 
 def test_missing_local_path_fails_with_one_line(tmp_path):
@@ -64,7 +65,7 @@ def test_model_not_found_is_a_user_error_before_torch_is_imported():
     """It lives beside ConfigError, so run_cli knows it without importing the model loader (and torch)."""
     assert models.ModelNotFoundError is config.ModelNotFoundError is gguf_convert.ModelNotFoundError
     assert models.cache_dir is gguf_convert.cache_dir
-    code = ("import sys; from inference.core.config import ModelNotFoundError, user_errors; "
+    code = ("import sys; from adaptive_rag.plumbing.config import ModelNotFoundError, user_errors; "
             "assert ModelNotFoundError in user_errors() and 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
 
@@ -113,7 +114,7 @@ def test_adapter_whose_base_is_missing_names_both(tmp_path):
 def test_refuses_4bit_without_cuda():
     if torch.cuda.is_available():
         pytest.skip("CUDA present")
-    from inference.core.models import ModelOptions
+    from adaptive_rag.lm.models import ModelOptions
 
     with pytest.raises(RuntimeError, match="needs CUDA"):
         load_causal_lm("smollm2-135m", ModelOptions(load_in_4bit=True))
@@ -121,7 +122,7 @@ def test_refuses_4bit_without_cuda():
 
 @pytest.mark.slow
 def test_smollm2_loads_and_answers(smol_model):
-    from inference.core.generation import chat_prompt, generate_texts
+    from adaptive_rag.lm.generation import chat_prompt, generate_texts
 
     model, tokenizer = smol_model
     assert type(model).__name__ == "LlamaForCausalLM"

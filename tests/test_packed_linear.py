@@ -8,8 +8,8 @@ import torch
 from conftest import tiny_llama
 from test_prefix_cache import decode_schedule
 
-from inference.core import packed_linear
-from inference.core.packed_linear import PackedLinears, linear_packing
+from adaptive_rag.lm import packed_linear
+from adaptive_rag.lm.packed_linear import PackedLinears, linear_packing
 
 if not packed_linear._kernel_available():
     pytest.skip("this torch build has no oneDNN bf16 linear kernel", allow_module_level=True)

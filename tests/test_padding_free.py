@@ -9,7 +9,7 @@ import pytest
 import torch
 from datasets import Dataset, DatasetDict
 
-import inference.core.models
+import adaptive_rag.lm.models
 from data_builders.adapt_llm import COLUMNS, AdaptDataConfig
 from training.adapt_llm_config import AdaptTrainConfig
 from training.adapt_llm_tokens import tokenize_split
@@ -116,7 +116,7 @@ def sdpa_dir(tmp_path_factory, smol_tokenizer):
 
 
 def test_the_training_job_loads_its_model_with_varlen_only_when_padding_free(sdpa_dir, tmp_path):
-    as_loaded = inference.core.models.load_causal_lm(str(sdpa_dir))[0].config._attn_implementation
+    as_loaded = adaptive_rag.lm.models.load_causal_lm(str(sdpa_dir))[0].config._attn_implementation
     padded, _ = load_base_model(str(sdpa_dir), _cfg(tmp_path), "cpu")
     flat, _ = load_base_model(str(sdpa_dir), _cfg(tmp_path, padding_free=True), "cpu")
     assert as_loaded == "sdpa" and padded.config._attn_implementation == "sdpa"
@@ -127,14 +127,14 @@ def test_the_training_job_loads_its_model_with_varlen_only_when_padding_free(sdp
 def test_padding_free_training_runs_with_varlen(sdpa_dir, tmp_path, monkeypatch):
     """The whole job (train_adapt) with ``padding_free: true`` trains the model it switched to sdpa_varlen."""
     loaded = []
-    real = inference.core.models.load_causal_lm
+    real = adaptive_rag.lm.models.load_causal_lm
 
     def recording(*args, **kwargs):
         model, tokenizer = real(*args, **kwargs)
         loaded.append(model)
         return model, tokenizer
 
-    monkeypatch.setattr(inference.core.models, "load_causal_lm", recording)
+    monkeypatch.setattr(adaptive_rag.lm.models, "load_causal_lm", recording)
     rows = {"prompt": ["Q: Where is Town1?\n\nA:", "Q: Who founded the long named Town2?\n\nA:"],
             "completion": [" Land1", " <RET>"], "kind": ["parametric", "parametric_ret"], "question_id": ["q1", "q2"]}
     dsd = DatasetDict({"train": Dataset.from_dict(rows), "validation": Dataset.from_dict({c: [] for c in COLUMNS})})

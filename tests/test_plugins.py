@@ -10,14 +10,14 @@ import dataclasses
 import pytest
 from scripted_lm import scripted_llama
 
-from inference.core.records import Passage, QAExample
-from inference.engine import DynamicRAGEngine, EngineConfig
-from inference.gate_eval import INNER_NAMES
-from inference.methods import KNOB_OWNERS, PRESETS, MethodConfig
-from inference.prompts import PromptBuilder
-from inference.queries import QUERIES, QueryFormer, register_query
-from inference.round_view import Event
-from inference.triggers import TRIGGERS, Trigger, register_trigger
+from adaptive_rag.plumbing.records import Passage, QAExample
+from inference.adapt_gate.gate_eval import INNER_NAMES
+from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
+from inference.dynamic_rag.methods import KNOB_OWNERS, PRESETS, MethodConfig
+from inference.dynamic_rag.prompts import PromptBuilder
+from inference.dynamic_rag.queries import QUERIES, QueryFormer, register_query
+from inference.dynamic_rag.round_view import Event
+from inference.dynamic_rag.triggers import TRIGGERS, Trigger, register_trigger
 
 SCRIPT = " Red fox runs far. Blue cat sleeps now! Green owl hoots loud?"
 
@@ -114,7 +114,7 @@ def test_reference_profile_needs_rows_per_head():
 
 
 def test_method_config_help_names_each_knob():
-    from inference.core.config import config_parser
+    from adaptive_rag.plumbing.config import config_parser
 
     text = config_parser((MethodConfig,)).format_help()
     assert "--theta" in text and "RIND's θ" in text and "--flare_mask_prob" in text

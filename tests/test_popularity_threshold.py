@@ -7,9 +7,9 @@ from dataclasses import asdict
 
 import pytest
 
-from inference.adapt_gate import GateRecord
-from inference.core.records import DataError
-from inference.popularity_threshold import main, read_records, report, tune_threshold
+from adaptive_rag.plumbing.records import DataError
+from inference.adapt_gate.gate import GateRecord
+from inference.commands.popularity_threshold import main, read_records, report, tune_threshold
 
 
 def _rec(i: int, popularity: float, nr_right: bool, ctx_right: bool, wants_ret: bool = True) -> GateRecord:

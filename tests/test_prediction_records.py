@@ -12,22 +12,22 @@ import pytest
 import yaml
 from conftest import FakeRetriever, tiny_llama
 
+from adaptive_rag.lm.generation import LMGenerator, Prompt, chat_prompt, generate_texts, render_prompt
+from adaptive_rag.plumbing.config import ConfigError, parse_config
+from adaptive_rag.plumbing.records import Passage, PredictionRecord, QAExample, RetrievalRecord
+from adaptive_rag.plumbing.scoring import summarise
 from data_builders.adapt_closed_book import model_closed_book_fn
 from data_builders.adapt_llm import AdaptDataConfig
 from data_builders.adapt_llm_prompts import never_retrieve_prompt, response_text
 from data_builders.readers import write_qa_jsonl
-from inference import evaluate as ev
-from inference import report, sweep
-from inference.adapt_gate import AdaptGate, model_generator, redecide, summarize, sweep_threshold
-from inference.core.config import ConfigError, parse_config
-from inference.core.generation import LMGenerator, Prompt, chat_prompt, generate_texts, render_prompt
-from inference.core.records import Passage, PredictionRecord, QAExample, RetrievalRecord
-from inference.core.scoring import summarise
-from inference.engine import DynamicRAGEngine, EngineConfig
-from inference.gate_eval import GateMethodConfig, gate_depth, resolved_method
-from inference.methods import MethodConfig
-from inference.popularity_threshold import read_records, tune_threshold
-from inference.prompts import PromptBuilder, PromptConfig
+from inference.adapt_gate.gate import AdaptGate, model_generator, redecide, summarize, sweep_threshold
+from inference.adapt_gate.gate_eval import GateMethodConfig, gate_depth, resolved_method
+from inference.commands import evaluate as ev
+from inference.commands import report, sweep
+from inference.commands.popularity_threshold import read_records, tune_threshold
+from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
+from inference.dynamic_rag.methods import MethodConfig
+from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
 from retrieval_adapt.rerankers import SYSTEM, LLMReranker, RerankItem
 from training import adapt_llm_eval
 from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig
@@ -194,9 +194,9 @@ def test_one_generator_protocol_gives_generate_texts_outputs(tiny_model, smol_to
     assert gen.render(chat) == render_prompt(smol_tokenizer, chat) == chat_prompt(smol_tokenizer, "hi", "sys")
     assert render_prompt(smol_tokenizer, Prompt("plain")) == render_prompt(smol_tokenizer, "plain") == "plain"
     # Algorithm 1's closed-book answers: the same protocol, the same answers as generate_texts gave them
-    import inference.core.models
+    import adaptive_rag.lm.models
 
-    monkeypatch.setattr(inference.core.models, "load_causal_lm", lambda name, opts=None: (tiny_model, smol_tokenizer))
+    monkeypatch.setattr(adaptive_rag.lm.models, "load_causal_lm", lambda name, opts=None: (tiny_model, smol_tokenizer))
     examples = [QAExample("a", "Where is Town1?", ["x"]), QAExample("b", "Who wrote Hamlet?", ["y"])]
     answers = model_closed_book_fn("tiny", "paper", max_new_tokens=4, batch_size=2)(examples)
     before = generate_texts(tiny_model, smol_tokenizer, [never_retrieve_prompt(e.question, "paper") for e in examples],

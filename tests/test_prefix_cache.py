@@ -7,11 +7,11 @@ import pytest
 import torch
 from conftest import FakeRetriever, bos_tokenizer, tiny_llama
 
-from inference.core.decoder import BatchDecoder, Sequence, shared_head_ids
-from inference.core.profiling import Profile
-from inference.core.records import Passage, QAExample
-from inference.core.tokenization import prompt_ids
-from inference.prompts import PromptBuilder, PromptConfig, load_demos
+from adaptive_rag.lm.decoder import BatchDecoder, Sequence, shared_head_ids
+from adaptive_rag.lm.profiling import Profile
+from adaptive_rag.lm.tokenization import prompt_ids
+from adaptive_rag.plumbing.records import Passage, QAExample
+from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig, load_demos
 
 HEAD = list(range(200, 240))  # 40 shared ids
 
@@ -176,8 +176,8 @@ def test_smollm2_paper_prompts_with_a_shared_head_match_the_full_prefill(smol_mo
 def test_engine_records_and_signals_are_the_same_with_the_shared_head(tiny_model, smol_tokenizer):
     # DRAGIN through the engine with the paper prompt: each round (after a retrieval, with documents) re-admits
     # its question; only the decoder's shared head differs between the two runs
-    from inference.engine import DynamicRAGEngine, EngineConfig
-    from inference.methods import MethodConfig
+    from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
+    from inference.dynamic_rag.methods import MethodConfig
 
     builder, texts = paper_prompts(smol_tokenizer)
     head = shared_head_ids(smol_tokenizer, texts[:2])

@@ -10,18 +10,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-import data_builders.question_sets as question_sets
+import data_builders.question_loader as question_sets
+from adaptive_rag.plumbing.config import ConfigError, parse_config, run_cli
+from adaptive_rag.plumbing.question_set import QuestionSet
+from adaptive_rag.plumbing.records import DataError, QAExample
 from data_builders.adapt_llm import AdaptDataConfig, load_source
-from data_builders.distill_set import RetrievalAdaptDataConfig
-from data_builders.question_sets import QuestionsConfig, WorldOptions, load_questions
-from inference.core.config import ConfigError, parse_config, run_cli
-from inference.core.question_set import QuestionSet
-from inference.core.records import DataError, QAExample
-from inference.eval_data import question_at
-from inference.evaluate import EngineConfig, EvalConfig, GateMethodConfig, MethodConfig, PromptConfig
-from retrieval_adapt.evaluate_adapted import EvaluateAdaptedConfig
+from data_builders.question_loader import QuestionsConfig, WorldOptions, load_questions
+from inference.commands.eval_data import question_at
+from inference.commands.evaluate import EngineConfig, EvalConfig, GateMethodConfig, MethodConfig, PromptConfig
 from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig
 from training.adapt_llm_eval import eval_questions
+from training.distill_set import RetrievalAdaptDataConfig
+from training.evaluate_adapted import EvaluateAdaptedConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 EVALUATE = (EvalConfig, MethodConfig, PromptConfig, EngineConfig, GateMethodConfig)
@@ -59,7 +59,7 @@ BEFORE = {
     "training/configs/adapt_llm_squad_popqa_cpu.yaml:eval":
         (1000, "cdcaf63295eb44b199f8945bea9040fc067d26c0af90e23fefc77367534bc75e"),
 }
-# README commands that name their questions on the command line (python -m inference.evaluate ...).
+# README commands that name their questions on the command line (python -m inference.commands.evaluate ...).
 BEFORE_CLI = {
     ("--dataset", "world-two-hop", "--limit", "50"): (
         50, "7bebe961b58f62ce96ef7d8fe30a364b7c30b86ddcb2fb5e6c3df41cb5418b7b"),
@@ -113,7 +113,7 @@ def test_readme_commands_select_the_questions_they_did_before(argv):
     cfg = parse_config(EVALUATE, list(argv))[0]
     examples = load_questions(QuestionSet.of(cfg), fmt=cfg.dataset_format, world=WorldOptions(seed=cfg.world_seed))
     assert digest(examples) == BEFORE_CLI[argv]
-    assert question_at("world-two-hop", 3).id == "world-q-bridge-0003"  # inference.trace --question_index 3
+    assert question_at("world-two-hop", 3).id == "world-q-bridge-0003"  # inference.commands.trace --question_index 3
 
 
 def test_shuffle_then_slice_by_hand():
@@ -179,7 +179,7 @@ def test_renamed_fields_fail_naming_the_new_one(types, fields, message, tmp_path
 
 
 def test_a_renamed_flag_ends_in_one_line(capsys):
-    from data_builders.distill_set import main
+    from training.distill_set import main
 
     assert run_cli(main, argv=["--end", "20"]) == 2
     assert capsys.readouterr().err == ("error: --end was renamed: use --limit, the number of questions from start "

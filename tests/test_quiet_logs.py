@@ -10,8 +10,8 @@ import torch
 from gguf_files import tiny_hf_model, write_gguf
 from transformers.utils import logging as hf_logging
 
-from inference.core import progress
-from inference.core.records import Passage
+from adaptive_rag.plumbing import progress
+from adaptive_rag.plumbing.records import Passage
 
 PASSAGES = [Passage(f"p{i}", f"Title {i}", f"Passage {i} about rivers and mountains {i}.") for i in range(6)]
 
@@ -65,7 +65,7 @@ def test_library_bars_off_in_a_log_only_and_restored(monkeypatch):
 def test_encoder_load_draws_no_loading_weights_bar(tmp_path, capfd):
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from inference.core.models import load_encoder, resolve_model
+    from adaptive_rag.lm.models import load_encoder, resolve_model
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("minilm"))
     BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
@@ -80,8 +80,8 @@ def test_gguf_conversion_draws_no_per_tensor_bar(tmp_path, monkeypatch, capfd):
     pytest.importorskip("transformers.integrations.gguf.utils")
     from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
-    from inference.core import gguf_convert
-    from inference.core.models import load_causal_lm
+    from adaptive_rag.lm import gguf_convert
+    from adaptive_rag.lm.models import load_causal_lm
 
     monkeypatch.setenv("ADAPTIVE_RAG_CACHE", str(tmp_path / "cache"))
     # the whole-model path: transformers de-quantises every tensor under its own plain-tqdm bar

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from adaptive_rag.plumbing.records import DataError, Passage, QAExample
 from data_builders.readers import (
     CORPUS_FORMATS,
     QA_FORMATS,
@@ -22,7 +23,6 @@ from data_builders.readers import (
     write_passages_jsonl,
     write_qa_jsonl,
 )
-from inference.core.records import DataError, Passage, QAExample
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inference.core.config import parse_config
+from adaptive_rag.plumbing.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -19,8 +19,8 @@ COMMAND_YAML = re.compile(r"(?:-m\s+([\w.]+)|([\w/]+\.py))\s+([\w./-]+\.ya?ml)\b
 
 def program_types(program: str) -> tuple[type, ...]:
     """The config dataclasses each program parses (as its main() passes them to parse_config)."""
-    if program == "inference.evaluate":
-        from inference.evaluate import EngineConfig, EvalConfig, GateMethodConfig, MethodConfig, PromptConfig
+    if program == "inference.commands.evaluate":
+        from inference.commands.evaluate import EngineConfig, EvalConfig, GateMethodConfig, MethodConfig, PromptConfig
 
         return EvalConfig, MethodConfig, PromptConfig, EngineConfig, GateMethodConfig
     if program == "training/adapt_llm.py":
@@ -28,18 +28,18 @@ def program_types(program: str) -> tuple[type, ...]:
         from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig
 
         return AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig
-    if program == "data_builders.distill_set":
-        from data_builders.distill_set import RetrievalAdaptDataConfig
-        from data_builders.question_sets import QuestionsConfig
+    if program == "training.distill_set":
+        from data_builders.question_loader import QuestionsConfig
+        from training.distill_set import RetrievalAdaptDataConfig
 
         return QuestionsConfig, RetrievalAdaptDataConfig
     if program == "training/distill_retriever.py":
         from retrieval_adapt.distill import DistillConfig
 
         return (DistillConfig,)
-    if program == "retrieval_adapt.evaluate_adapted":
-        from data_builders.question_sets import QuestionsConfig
-        from retrieval_adapt.evaluate_adapted import EvaluateAdaptedConfig
+    if program == "training.evaluate_adapted":
+        from data_builders.question_loader import QuestionsConfig
+        from training.evaluate_adapted import EvaluateAdaptedConfig
 
         return QuestionsConfig, EvaluateAdaptedConfig
     raise AssertionError(f"README runs {program} with a YAML: add its config classes to this test")
@@ -56,7 +56,7 @@ def fenced_commands() -> str:
 
 def test_readme_names_yaml_commands():
     programs = {program for program, _ in readme_yaml_commands()}
-    assert {"inference.evaluate", "training/adapt_llm.py"} <= programs
+    assert {"inference.commands.evaluate", "training/adapt_llm.py"} <= programs
 
 
 @pytest.mark.parametrize("program, path", readme_yaml_commands(), ids=lambda x: str(x))
@@ -64,8 +64,8 @@ def test_every_yaml_readme_names_parses_with_its_program(program, path):
     assert (ROOT / path).is_file(), f"README runs {program} with {path}, which does not exist"
     types = program_types(program)
     data = yaml.safe_load((ROOT / path).read_text(encoding="utf-8"))
-    if program == "inference.evaluate" and "sweep" in data:  # a sweep recipe: every point is built and checked
-        from inference import sweep
+    if program == "inference.commands.evaluate" and "sweep" in data:  # a sweep recipe: every point is built and checked
+        from inference.commands import sweep
 
         settings, grid = sweep.load_recipe(ROOT / path)
         sweep.check_grid(grid, set(settings), types, path)
@@ -102,8 +102,8 @@ def test_readme_builds_every_corpus_its_index_commands_read():
 
 
 def test_eval_example_yaml_is_the_one_readme_launches():
-    assert "accelerate launch -m inference.evaluate inference/configs/eval_example.yaml" in README
-    cfg, method, *_ = parse_config(program_types("inference.evaluate"),
+    assert "accelerate launch -m inference.commands.evaluate inference/configs/eval_example.yaml" in README
+    cfg, method, *_ = parse_config(program_types("inference.commands.evaluate"),
                                    [str(ROOT / "inference" / "configs" / "eval_example.yaml")])
     assert method.method == "dragin" and cfg.dataset == "world-two-hop"
 

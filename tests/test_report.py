@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from inference import report
-from inference.core.config import ConfigError, run_cli, save_config
-from inference.core.records import DataError, PredictionRecord
-from inference.core.scoring import summarise
-from inference.engine import EngineConfig
-from inference.evaluate import EvalConfig
-from inference.gate_eval import GateMethodConfig
-from inference.methods import MethodConfig
-from inference.prompts import PromptConfig
-from inference.report_figures import iteration_curve, pareto
+from adaptive_rag.plumbing.config import ConfigError, run_cli, save_config
+from adaptive_rag.plumbing.records import DataError, PredictionRecord
+from adaptive_rag.plumbing.scoring import summarise
+from inference.adapt_gate.gate_eval import GateMethodConfig
+from inference.commands import report
+from inference.commands.evaluate import EvalConfig
+from inference.commands.report_figures import iteration_curve, pareto
+from inference.dynamic_rag.engine import EngineConfig
+from inference.dynamic_rag.methods import MethodConfig
+from inference.dynamic_rag.prompts import PromptConfig
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -31,7 +31,7 @@ def record(i: int, right: bool, retrievals: int, **extra) -> dict:
 
 
 def write_run(folder: Path, records: list[dict], metrics: bool = True, **knobs) -> Path:
-    """An evaluation folder as inference.evaluate leaves it."""
+    """An evaluation folder as inference.commands.evaluate leaves it."""
     eval_keys = {"dataset", "limit", "model"}
     cfg = EvalConfig(output_dir=str(folder), **{k: v for k, v in knobs.items() if k in eval_keys})
     gate_keys = {"gate_rule", "ret_threshold", "gate_inner", "popularity_threshold"}

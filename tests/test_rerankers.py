@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inference.core.records import Passage
+from adaptive_rag.plumbing.records import Passage
 from retrieval_adapt.rerankers import CrossEncoderReranker, LLMReranker, RerankItem, build_reranker
 
 PASSAGES = [Passage("a", "Zorara", "Zorara is a city on the coast."), Passage("b", "Ann", "Ann Lee wrote books."),
@@ -16,7 +16,7 @@ PASSAGES = [Passage("a", "Zorara", "Zorara is a city on the coast."), Passage("b
 def bert_tokenizer():
     from transformers import AutoTokenizer
 
-    from inference.core.models import resolve_model
+    from adaptive_rag.lm.models import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model("minilm"))
 

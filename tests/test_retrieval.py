@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inference.core.records import Passage
+from adaptive_rag.plumbing.records import Passage
 from retrieval_adapt.bm25 import BM25Retriever
 from retrieval_adapt.loading import load_retriever
 
@@ -86,7 +86,7 @@ def tiny_encoder(tmp_path_factory):
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from inference.core.models import resolve_model
+    from adaptive_rag.lm.models import resolve_model
     from retrieval_adapt.encoders import MeanPoolingEncoder
 
     torch.manual_seed(0)
@@ -99,7 +99,7 @@ def tiny_encoder(tmp_path_factory):
 
 
 def _build_cli(argv: list[str]) -> int:
-    from inference.core.config import run_cli
+    from adaptive_rag.plumbing.config import run_cli
     from retrieval_adapt.build_index import main
 
     return run_cli(main, argv=argv)
@@ -133,7 +133,7 @@ def test_damaged_dense_index_is_one_clear_error(tmp_path, tiny_encoder, capsys, 
     assert load_retriever(out).search(["Quarvik"], 1)[0]
     action, name = damage.split()
     (out / name).unlink() if action == "delete" else _truncate(out / name)
-    from inference.core.config import run_cli
+    from adaptive_rag.plumbing.config import run_cli
 
     capsys.readouterr()
     assert run_cli(search_main, argv=[str(out), "Quarvik"]) == 2
@@ -148,7 +148,7 @@ def test_damaged_files_of_an_index_without_manifest(tmp_path, tiny_encoder):
     """Folders written before the manifest existed: faiss' and numpy's errors become the same one-line error."""
     import json
 
-    from inference.core.records import DataError
+    from adaptive_rag.plumbing.records import DataError
     from retrieval_adapt.dense import DenseRetriever
     from retrieval_adapt.encoders import MeanPoolingEncoder
 
@@ -166,7 +166,7 @@ def test_damaged_files_of_an_index_without_manifest(tmp_path, tiny_encoder):
 
 @pytest.mark.parametrize("name", ["bm25/vocab.index.json", "bm25/data.csc.index.npy", "passages.jsonl"])
 def test_damaged_bm25_index_is_one_clear_error(tmp_path, name):
-    from inference.core.records import DataError
+    from adaptive_rag.plumbing.records import DataError
 
     BM25Retriever.build(CORPUS, show_progress=False).save(tmp_path / "b")
     _truncate(tmp_path / "b" / name)

@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
+from adaptive_rag.lm.generation import Generation
+from adaptive_rag.plumbing.config import ConfigError
+from adaptive_rag.plumbing.question_set import QuestionSet
+from adaptive_rag.plumbing.record_log import FolderInUseError
+from adaptive_rag.plumbing.records import DataError, Passage
+from adaptive_rag.plumbing.retriever import Hit
 from data_builders.distill_schema import check_row, split_ids
-from data_builders.distill_set import RetrievalAdaptDataConfig, build, row_log
-from data_builders.question_sets import QuestionsConfig, load_questions
+from data_builders.question_loader import QuestionsConfig, load_questions
 from data_builders.world import WorldConfig, build_world
-from inference.core.config import ConfigError
-from inference.core.generation import Generation
-from inference.core.question_set import QuestionSet
-from inference.core.record_log import FolderInUseError
-from inference.core.records import DataError, Passage
-from inference.core.retriever import Hit
-from inference.iter_retgen import IterRetGen, IterRetGenConfig
-from retrieval_adapt.evaluate_adapted import EvaluateAdaptedConfig, evaluate
+from inference.iter_retgen.loop import IterRetGen, IterRetGenConfig
+from training.distill_set import RetrievalAdaptDataConfig, build, row_log
+from training.evaluate_adapted import EvaluateAdaptedConfig, evaluate
 
 
 class FakeDense:
@@ -214,8 +214,8 @@ def test_locked_output_folder_fails_in_one_line_and_stale_lock_is_taken_over(wor
     import subprocess
     import sys
 
-    from data_builders.distill_set import main
-    from inference.core.config import run_cli
+    from adaptive_rag.plumbing.config import run_cli
+    from training.distill_set import main
 
     out = tmp_path / "d"
     _lock(out, os.getppid())  # a live process holds the folder

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from data_builders.distill_set import RetrievalAdaptDataConfig, build
-from data_builders.question_sets import QuestionsConfig, load_questions
-from inference.core.question_set import QuestionSet
+from adaptive_rag.plumbing.question_set import QuestionSet
+from data_builders.question_loader import QuestionsConfig, load_questions
 from retrieval_adapt.dense import DenseRetriever
 from retrieval_adapt.distill import DistillConfig, train
 from retrieval_adapt.encoders import MeanPoolingEncoder
-from retrieval_adapt.evaluate_adapted import EvaluateAdaptedConfig, evaluate
+from training.distill_set import RetrievalAdaptDataConfig, build
+from training.evaluate_adapted import EvaluateAdaptedConfig, evaluate
 
 
 @pytest.mark.slow

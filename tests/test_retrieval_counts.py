@@ -23,13 +23,13 @@ import torch
 from conftest import FakeRetriever
 from scripted_lm import CountingPrompts, scripted_llama
 
-from inference.core.records import QAExample
-from inference.core.tokenization import prompt_ids
-from inference.engine import DynamicRAGEngine, EngineConfig
-from inference.evaluate import method_runner
-from inference.gate_eval import GateMethodConfig, gate_runner
-from inference.methods import MethodConfig
-from inference.prompts import PromptBuilder, PromptConfig
+from adaptive_rag.lm.tokenization import prompt_ids
+from adaptive_rag.plumbing.records import QAExample
+from inference.adapt_gate.gate_eval import GateMethodConfig, gate_runner
+from inference.commands.evaluate import method_runner
+from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
+from inference.dynamic_rag.methods import MethodConfig
+from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
 
 SCRIPT = " Ada built Rome. Then she sailed north!"
 S1, S2 = "Ada built Rome.", "Then she sailed north!"

@@ -6,15 +6,15 @@ import json
 
 import pytest
 
+from adaptive_rag.plumbing.config import ConfigError, parse_config
+from adaptive_rag.plumbing.records import PredictionRecord, QAExample
+from adaptive_rag.plumbing.scoring import score_record, summarise
 from data_builders.readers import write_qa_jsonl
-from inference import evaluate as ev
-from inference.core.config import ConfigError, parse_config
-from inference.core.records import PredictionRecord, QAExample
-from inference.core.scoring import score_record, summarise
-from inference.engine import EngineConfig
-from inference.gate_eval import GateMethodConfig
-from inference.methods import MethodConfig
-from inference.prompts import PromptConfig
+from inference.adapt_gate.gate_eval import GateMethodConfig
+from inference.commands import evaluate as ev
+from inference.dynamic_rag.engine import EngineConfig
+from inference.dynamic_rag.methods import MethodConfig
+from inference.dynamic_rag.prompts import PromptConfig
 
 
 def _rec(output: str, answers: list) -> PredictionRecord:

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from inference import signals
-from inference.core.decoder import _entropy_and_choice
+from adaptive_rag.lm.decoder import _entropy_and_choice
+from inference.dynamic_rag import signals
 
 
 def test_entropy_hand_computed():
@@ -126,5 +126,5 @@ def test_stopwords_are_spacys_list_without_importing_spacy():
     from spacy.lang.en.stop_words import STOP_WORDS as SPACY
 
     assert signals.STOP_WORDS == frozenset(SPACY)
-    code = "import sys, inference.signals; print('spacy' in sys.modules)"
+    code = "import sys, inference.dynamic_rag.signals; print('spacy' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inference import evaluate as ev
-from inference import knobs, sweep
-from inference.core.config import ConfigError, config_dict, run_cli, save_config
-from inference.core.records import PredictionRecord
+from adaptive_rag.plumbing.config import ConfigError, config_dict, run_cli, save_config
+from adaptive_rag.plumbing.records import PredictionRecord
+from inference.commands import evaluate as ev
+from inference.commands import knobs, sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 TYPES = (ev.EvalConfig, ev.MethodConfig, ev.PromptConfig, ev.EngineConfig, ev.GateMethodConfig)

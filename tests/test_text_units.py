@@ -2,7 +2,7 @@
 
 import pytest
 
-from inference.text_units import TokenText, ends_sentence, split_sentences
+from inference.dynamic_rag.text_units import TokenText, ends_sentence, split_sentences
 
 
 def _sentences(text: str) -> list[str]:
@@ -69,7 +69,7 @@ def test_sentence_end_reads_the_tail_as_the_whole_text_would():
     patterns over the whole text do, also with long runs of trailing white space and initials at the cut."""
     import random
 
-    from inference.text_units import _NOT_AN_END, SENTENCE_END
+    from inference.dynamic_rag.text_units import _NOT_AN_END, SENTENCE_END
 
     def whole(text, nxt):
         if "\n" in nxt and text.strip():
@@ -85,7 +85,7 @@ def test_sentence_end_reads_the_tail_as_the_whole_text_would():
 
 
 def test_round_text_grows_with_its_pieces():
-    from inference.round_view import RoundView
+    from inference.dynamic_rag.round_view import RoundView
 
     view = RoundView("q", [], [], [], [], [], [])
     view.extend([" Red", " fox"])

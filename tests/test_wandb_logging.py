@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inference.core.wandb_logging import check_report_to, log_run, predictions_rows
+from adaptive_rag.plumbing.wandb_logging import check_report_to, log_run, predictions_rows
 
 
 def test_predictions_rows_hold_gold_output_and_retrievals():

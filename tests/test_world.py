@@ -10,10 +10,10 @@ from collections import Counter
 
 import pytest
 
+from adaptive_rag.plumbing.records import Passage, QAExample
 from data_builders.common_knowledge import common_knowledge_examples
 from data_builders.world import World, WorldConfig, build_world, main, scale_passages, write_world
 from data_builders.world_names import NameGen
-from inference.core.records import Passage, QAExample
 
 
 @pytest.fixture(scope="module")

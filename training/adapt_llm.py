@@ -45,17 +45,17 @@ import yaml
 if __package__ in (None, ""):  # run as a file: make the repository root importable without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from adaptive_rag.plumbing.cards import push_to_hub, write_adapter_card  # noqa: E402
+from adaptive_rag.plumbing.config import ConfigError, parse_config, run_cli  # noqa: E402
+from adaptive_rag.plumbing.wandb_logging import log_run  # noqa: E402
 from data_builders.adapt_llm import (  # noqa: E402
     AdaptDataConfig,
     build_adapt_dataset,
     check_data_dir_mode,
     load_adapt_dataset,
 )
-from data_builders.question_sets import check_dataset  # noqa: E402
-from inference.core.cards import push_to_hub, write_adapter_card  # noqa: E402
-from inference.core.config import ConfigError, parse_config, run_cli  # noqa: E402
-from inference.core.wandb_logging import log_run  # noqa: E402
-from inference.eval_checks import check_model_name, check_output_dir  # noqa: E402
+from data_builders.question_loader import check_dataset  # noqa: E402
+from inference.commands.eval_checks import check_model_name, check_output_dir  # noqa: E402
 from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig  # noqa: E402
 
 DEMO_CONFIG = Path(__file__).resolve().parent / "configs" / "adapt_llm_demo_cpu.yaml"

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from inference.core.cards import check_repo_id
-from inference.core.question_set import QuestionSet
+from adaptive_rag.plumbing.cards import check_repo_id
+from adaptive_rag.plumbing.question_set import QuestionSet
 
 RetTokenTraining = Literal["trainable_tokens", "modules_to_save"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]

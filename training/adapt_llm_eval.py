@@ -1,11 +1,11 @@
 """The evaluation that closes the ADAPT-LLM job: NR vs AR vs ADAPT-LLM (and a ``<RET>``-probability threshold
 sweep) with the trained model on questions never used in training.
 
-It is the evaluate command's own path (:func:`inference.evaluate.evaluate_examples`, ``--method adapt-llm
+It is the evaluate command's own path (:func:`inference.commands.evaluate.evaluate_examples`, ``--method adapt-llm
 --gate_all_answers true`` on the loaded model), so ``output_dir/eval`` holds what every evaluation folder holds:
 ``predictions.jsonl`` (per question, the three answers every policy needs: parametric with p(<RET>), NR, context),
 ``metrics.json`` (ADAPT-LLM's decision) and ``config.yaml``. NR, AR and ADAPT-LLM are then decided from those same
-greedy generations (:func:`inference.adapt_gate.redecide`), which is what running them one by one would produce, at
+greedy generations (:func:`inference.adapt_gate.gate.redecide`), which is what running them one by one would produce, at
 a third of the cost, into ``summary.json`` and ``table.txt``. A new evaluation replaces the folder's predictions:
 they belong to the adapter trained before.
 """
@@ -16,21 +16,21 @@ import json
 from pathlib import Path
 from typing import Any
 
+from adaptive_rag.lm import models
+from adaptive_rag.plumbing.config import ConfigError
+from adaptive_rag.plumbing.question_set import QuestionSet
+from adaptive_rag.plumbing.records import DataError, QAExample
 from data_builders.adapt_llm import AdaptDataConfig
-from data_builders.question_sets import load_questions
+from data_builders.question_loader import load_questions
 from data_builders.world import WorldConfig, build_world
-from inference.adapt_gate import GateConfig, format_table, redecide, summarize, sweep_threshold
-from inference.core import models
-from inference.core.config import ConfigError
-from inference.core.question_set import QuestionSet
-from inference.core.records import DataError, QAExample
-from inference.engine import EngineConfig
-from inference.eval_checks import check_index_folder
-from inference.eval_folder import read_done
-from inference.evaluate import EvalConfig, evaluate_examples
-from inference.gate_eval import GateMethodConfig, gate_record, gate_runner
-from inference.methods import MethodConfig
-from inference.prompts import PromptConfig
+from inference.adapt_gate.gate import GateConfig, format_table, redecide, summarize, sweep_threshold
+from inference.adapt_gate.gate_eval import GateMethodConfig, gate_record, gate_runner
+from inference.commands.eval_checks import check_index_folder
+from inference.commands.eval_folder import read_done
+from inference.commands.evaluate import EvalConfig, evaluate_examples
+from inference.dynamic_rag.engine import EngineConfig
+from inference.dynamic_rag.methods import MethodConfig
+from inference.dynamic_rag.prompts import PromptConfig
 from retrieval_adapt.bm25 import BM25Retriever
 from retrieval_adapt.loading import load_retriever
 from training.adapt_llm_config import AdaptEvalConfig

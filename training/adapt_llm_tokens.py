@@ -2,7 +2,7 @@
 
 trl tokenizes a prompt/completion pair with the tokenizer's special tokens: a BOS for Llama-2 and Mistral, and a
 second one when the text already starts with BOS (as a chat template writes it). Inference encodes every prompt
-with :func:`inference.core.tokenization.prompt_ids` (BOS exactly once when the tokenizer adds one by default). So the
+with :func:`adaptive_rag.lm.tokenization.prompt_ids` (BOS exactly once when the tokenizer adds one by default). So the
 job hands trl already-tokenized instances: ``input_ids`` = ``prompt_ids(prompt)`` + completion ids + EOS, and a
 ``completion_mask`` over the completion and EOS (trl 1.x recognises a processed dataset by its ``input_ids``
 column and turns ``completion_mask`` into labels when ``completion_only_loss`` is on). For a tokenizer without
@@ -15,7 +15,7 @@ from typing import Any
 
 from datasets import Dataset
 
-from inference.core.tokenization import batch_prompt_ids
+from adaptive_rag.lm.tokenization import batch_prompt_ids
 
 
 def completion_token_ids(tokenizer: Any, prompt: str, completion: str, prompt_tokens: list[int] | None = None,

@@ -2,7 +2,7 @@
 
     # 1. a dense index (kept fixed) and 2. the distillation data (y1, candidates, re-ranker scores)
     python -m retrieval_adapt.build_index --corpus world --kind dense --encoder minilm --out runs/index/world-minilm
-    python -m data_builders.distill_set retrieval_adapt/configs/data_world.yaml
+    python -m training.distill_set retrieval_adapt/configs/data_world.yaml
     # 3. this job (any accelerate config; the paper's settings are in distill_paper.yaml)
     accelerate launch training/distill_retriever.py retrieval_adapt/configs/distill_world_cpu.yaml
     accelerate launch --config_file accelerate_configs/<config>.yaml training/distill_retriever.py \\
@@ -26,7 +26,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # `accelerate launch training/x.py` runs a file: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inference.core.config import parse_config, run_cli  # noqa: E402
+from adaptive_rag.plumbing.config import parse_config, run_cli  # noqa: E402
 from retrieval_adapt.distill import DistillConfig, train  # noqa: E402
 
 

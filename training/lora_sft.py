@@ -31,13 +31,13 @@ import torch
 import yaml
 from datasets import DatasetDict
 
+from adaptive_rag.lm import models
+from adaptive_rag.plumbing.cards import EMBEDDED_HUB_IDS, write_adapter_card
+from adaptive_rag.plumbing.config import config_dict
+from adaptive_rag.plumbing.record_log import FolderLock
+from adaptive_rag.plumbing.wandb_logging import configure_wandb
 from data_builders.adapt_llm import AdaptDataConfig
 from data_builders.adapt_llm_prompts import RET_TOKEN
-from inference.core import models
-from inference.core.cards import EMBEDDED_HUB_IDS, write_adapter_card
-from inference.core.config import config_dict
-from inference.core.record_log import FolderLock
-from inference.core.wandb_logging import configure_wandb
 from training.adapt_llm_checkpoints import (  # noqa: F401  (RESUME_KEYS: re-exported)
     RESUME_KEYS,
     SessionClock,
@@ -144,7 +144,7 @@ def project_base(name: str) -> str:
 
 
 def record_adapter_base(folder: str | Path, base_name: str) -> None:
-    """Write ``adaptive_rag.json`` beside an adapter: :func:`inference.core.models.adapter_base` loads the adapter on
+    """Write ``adaptive_rag.json`` beside an adapter: :func:`adaptive_rag.lm.models.adapter_base` loads the adapter on
     this base (the embedded weights it was trained on) rather than on ``adapter_config.json``'s hub id."""
     (Path(folder) / models.ADAPTER_BASE_FILE).write_text(json.dumps({"base_model": project_base(base_name)}, indent=2)
                                                   + "\n")

@@ -1,0 +1,288 @@
+"""One configuration path for every entry point: YAML file -> dataclasses -> command-line overrides on top.
+
+``parse_config((A, B), argv)`` accepts ``[CONFIG.yaml] [--field value ...]``. Unknown YAML keys fail loudly
+(naming the key and the known fields), as do unknown command-line flags. The resolved config can be written
+next to every output with :func:`save_config`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from adaptive_rag.plumbing.records import DataError
+
+
+class ConfigError(ValueError):
+    """A configuration file or override that names a field wrongly or has a bad value."""
+
+
+class ModelNotFoundError(OSError):
+    """A model name that is neither embedded, nor a local folder, nor reachable on the hub."""
+
+
+def yaml_error_line(path: str | Path, err: yaml.YAMLError) -> str:
+    """PyYAML's multi-line message (with a source excerpt and a caret) as one line naming file, line and column."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else str(path)
+    parts = [getattr(err, "context", None), getattr(err, "problem", None)]
+    what = "; ".join(p for p in parts if p) or " ".join(str(err).split())
+    return f"{where}: not valid YAML ({what})"
+
+
+def _load_yaml(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {path} " + ("is not a file" if p.exists() else "does not exist"))
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(yaml_error_line(path, err)) from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of field: value at the top level")
+    return data
+
+
+def parse_config(types: tuple[type, ...], argv: list[str] | None = None, *, prog: str | None = None,
+                 description: str | None = None) -> tuple:
+    """Parse ``[CONFIG.yaml] [--field value ...]`` into one instance of each dataclass in ``types``.
+
+    ``--help`` shows ``description`` (default: the first sentence of the calling module's docstring, i.e. the
+    program's), the ``[CONFIG.yaml]`` positional, and every field with its help (the field's ``metadata["help"]``,
+    else its comment in the dataclass source) and default (the YAML's value when a YAML is given).
+    """
+    if description is None:
+        description = first_line(sys._getframe(1).f_globals.get("__doc__"))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = config_parser(types, prog=prog, description=description)
+    if argv and not argv[0].startswith("-") and argv[0].endswith((".yaml", ".yml")):
+        path = argv.pop(0)
+        data = _load_yaml(path)
+        known = {f.name for t in types for f in dataclasses.fields(t)}
+        refuse_renamed(types, data, where=f"{path}: ")
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"{path}: unknown field(s) {', '.join(unknown)}; "
+                              f"known fields: {', '.join(sorted(known))}")
+        # YAML values become the defaults; flags on the command line still win.
+        parser.set_defaults(**data)
+    refuse_renamed(types, [a[2:].split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--")], flag="--")
+    try:
+        return tuple(parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=False))
+    except ValueError as err:  # raised by a dataclass __post_init__
+        raise ConfigError(str(err)) from err
+
+
+def refuse_renamed(types: tuple[type, ...], names, *, where: str = "", flag: str = "") -> None:
+    """A field that was renamed fails with one line naming its new name. Each dataclass lists its old names in a
+    ``RENAMED`` class attribute: ``{"end": "limit (the number of questions from start)"}``, the value starting with
+    the new field's name."""
+    known = {f.name for t in types for f in dataclasses.fields(t)}
+    renamed = {old: new for t in types for old, new in getattr(t, "RENAMED", {}).items() if old not in known}
+    hits = [name for name in names if name in renamed]
+    if hits:
+        raise ConfigError(where + "; ".join(f"{flag}{old} was renamed: use {flag}{renamed[old]}" for old in hits))
+
+
+def first_line(doc: str | None) -> str | None:
+    """A program's one-line description: the first sentence of its docstring's first paragraph (a wrapped first
+    sentence is joined back into one line)."""
+    paragraph = []
+    for line in (doc or "").strip().splitlines():
+        if not line.strip():
+            break
+        paragraph.append(line.strip())
+    text = " ".join(paragraph)
+    end = text.find(". ")
+    return (text[:end + 1] if end >= 0 else text) or None
+
+
+def config_parser(types: tuple[type, ...], *, prog: str | None = None, description: str | None = None):
+    """transformers' ``HfArgumentParser`` over ``types`` with one-line errors and a help that documents every
+    field: one group per dataclass, each option once (``--field``; the ``--field-name`` spelling also works),
+    its help and its default."""
+    from transformers import HfArgumentParser
+
+    class Grouped(HfArgumentParser):
+        def _add_dataclass_arguments(self, dtype):
+            # one titled group per dataclass; HfArgumentParser groups only classes with _argument_group_name
+            if hasattr(dtype, "_argument_group_name"):
+                return super()._add_dataclass_arguments(dtype)
+            hints = typing.get_type_hints(dtype)
+            group = self.add_argument_group(_group_title(dtype))
+            for f in dataclasses.fields(dtype):
+                if f.init:
+                    f.type = hints[f.name]
+                    self._parse_dataclass_field(group, f)
+
+    prog = prog or Path(sys.argv[0]).name
+    parser = _OneLineErrors(Grouped)(
+        types, prog=prog, description=description, formatter_class=_HelpFormatter,
+        usage=f"{prog} [-h] [CONFIG.yaml] [--field value ...]",
+        epilog="CONFIG.yaml sets any of these options (field: value); options given on the command line win.")
+    helps: dict[str, str] = {}
+    for cls in types:
+        helps.update(field_comments(cls))
+    for action in parser._actions:
+        if action.help is not None or not action.option_strings:
+            continue
+        if action.option_strings[0].startswith("--no_"):  # HfArgumentParser's complement of a true-by-default flag
+            action.help = f"the same as --{action.dest} false"
+            action.default = argparse.SUPPRESS  # shown once, with its positive flag
+        else:
+            action.help = helps.get(action.dest, "").replace("%", "%%") or "(default: %(default)s)"
+    return parser
+
+
+def _group_title(cls: type) -> str:
+    """``ClassName``, with the first line of its docstring where it has one of its own (a dataclass without one
+    gets a generated ``ClassName(field: type, ...)``)."""
+    doc = first_line(cls.__doc__)
+    return cls.__name__ if not doc or doc.startswith(f"{cls.__name__}(") else f"{cls.__name__} ({doc.rstrip('.')})"
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option once, by its first spelling (``--top_k TOP_K``, not also ``--top-k TOP_K``); the default
+    appended unless the help already says what it is."""
+
+    def _get_help_string(self, action):
+        if "(default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+    def _format_action_invocation(self, action):
+        if len(action.option_strings) < 2 or not all(o.startswith("--") for o in action.option_strings):
+            return super()._format_action_invocation(action)
+        shown = argparse.Action(action.option_strings[:1], action.dest, nargs=action.nargs, choices=action.choices,
+                                metavar=action.metavar)
+        return super()._format_action_invocation(shown)
+
+
+def field_comments(cls: type) -> dict[str, str]:
+    """``{field: comment}`` from a dataclass's source: the comment at the end of the field's line, else the
+    comment lines directly above it. Empty where the source cannot be read (an interactive definition)."""
+    import inspect
+    import io
+    import textwrap
+    import tokenize
+
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return {}
+    lines = source.splitlines()
+    comments: dict[int, str] = {}  # line number (1-based) -> comment text
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                comments[tok.start[0]] = tok.string.lstrip("#").strip()
+    except (tokenize.TokenError, IndentationError):
+        return {}
+    names = {f.name for f in dataclasses.fields(cls)}
+    body_indent = None
+    out: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        match = re.match(r"(\s+)(\w+)\s*:", line)
+        if not match or match.group(2) not in names:
+            continue
+        body_indent = body_indent or match.group(1)
+        if match.group(1) != body_indent:
+            continue
+        if number in comments:
+            out[match.group(2)] = comments[number]
+            continue
+        above = []
+        k = number - 1
+        while k >= 1 and lines[k - 1].strip().startswith("#"):
+            above.insert(0, comments.get(k, ""))
+            k -= 1
+        if above:
+            out[match.group(2)] = " ".join(a for a in above if a)
+    return out
+
+
+def _OneLineErrors(base: type) -> type:  # noqa: N802 (a class factory)
+    """``base`` (an argparse parser) whose errors raise :class:`ConfigError` instead of printing the whole usage
+    and exiting: an unknown or malformed flag ends like every other user mistake, in one line."""
+
+    class Parser(base):
+        def error(self, message: str):
+            raise ConfigError(f"{message} (see {self.prog} --help)")
+
+    return Parser
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """An ``argparse`` parser for commands outside :func:`parse_config`: a mistake ends in one line on stderr
+    (``error: ... (see PROG --help)``, exit status 2) instead of the usage block and the error."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def config_dict(*configs: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for c in configs:
+        out.update(dataclasses.asdict(c))
+    return out
+
+
+def save_config(path: str | Path, *configs: Any) -> None:
+    """Write the resolved configuration (all dataclasses merged) as YAML. Written beside and then renamed, so a
+    killed run never leaves a half-written file that the resume check would then fail to read."""
+    write_atomic(path, yaml.safe_dump(config_dict(*configs), sort_keys=False))
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to a file beside ``path`` and rename it over ``path``: readers see the old or the new file,
+    never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+DEFAULT_RESUME_HINT = "what was written so far is kept; rerun the same command to resume"
+# Path mistakes (a file where a folder belongs, a folder without write permission) are the user's, like a
+# missing file; other OSErrors stay tracebacks.
+_PATH_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
+def run_cli(main, *, argv: list[str] | None = None, resume_hint: str = DEFAULT_RESUME_HINT) -> int:
+    """Run ``main(argv)`` and turn a user mistake into one line on stderr and exit status 2, not a traceback.
+
+    Ctrl-C ends in one line too, exit status 130: ``interrupted: `` and the interrupt's own message when ``main``
+    raised one saying what it kept, else ``resume_hint``.
+    """
+    try:
+        main(argv)
+    except KeyboardInterrupt as err:
+        print(f"interrupted: {one_line(str(err)) or resume_hint}", file=sys.stderr)
+        return 130
+    except Exception as err:
+        if not isinstance(err, user_errors()):
+            raise
+        print(f"error: {one_line(str(err))}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that are a user's mistake (``DataError`` includes FolderInUseError: a locked or mismatched
+    folder)."""
+    return (ConfigError, DataError, ModelNotFoundError, *_PATH_ERRORS)
+
+
+def one_line(text: str) -> str:
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())

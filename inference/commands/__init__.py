@@ -1,0 +1,1 @@
+"""The commands a user runs over the methods: evaluate, sweep, report, trace, popularity_threshold."""

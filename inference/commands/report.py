@@ -1,0 +1,375 @@
+"""Results people can look at: a table (Markdown and CSV), figures (PNG) and one self-contained HTML page.
+
+    python -m inference.commands.report runs/sweeps/world --out runs/reports/world
+    python -m inference.commands.report runs/eval/dragin runs/eval/flare runs/adapt_llm_demo/model/eval --out \\
+        runs/report
+
+Each RUN_DIR is searched recursively for: evaluation folders (``config.yaml`` with ``metrics.json`` or
+``predictions.jsonl``, as ``python -m inference.commands.evaluate`` writes them, one per point of a sweep), ADAPT-LLM
+evaluations of ``training/adapt_llm.py`` (an evaluation folder with ``summary.json``: its NR / AR / ADAPT-LLM rows;
+before, ``summary.json`` + ``records.jsonl``) and distillation logs
+(``metrics.jsonl`` of ``retrieval_adapt/distill.py``). ``--out`` gets ``results.md``, ``results.csv``, a PNG per
+figure that has data (``frontier.png``: quality against retrievals per question; ``iterations.png``:
+Iter-RetGen per iteration; ``gate_thresholds.png``: the gate against its thresholds; ``distillation.png``: loss
+and recall over steps) and ``report.html`` (the table and figures in one file; links to trace views found in the
+run folders).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import json
+import logging
+import os
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from adaptive_rag.plumbing.config import ConfigError, parse_config, run_cli
+from adaptive_rag.plumbing.records import DataError, PredictionRecord
+from adaptive_rag.plumbing.scoring import summarise
+from inference.adapt_gate.gate import GateConfig, redecide, summarize
+
+logger = logging.getLogger(__name__)
+
+# (key in results.csv, header in results.md)
+COLUMNS = (("run", "run"), ("method", "method"), ("knobs", "knobs"), ("n", "n"), ("em", "EM"), ("f1", "F1"),
+           ("acc", "accuracy"), ("retrievals_per_question", "retrievals/q"),
+           ("llm_forward_passes_per_question", "LLM passes/q"), ("generated_tokens_per_question", "tokens/q"),
+           ("seconds_per_question", "s/q"))
+OPTIONAL_COLUMNS = (("retrieval_share", "retrieval share"),)  # shown when some run is a gate run
+FROM_METRICS = {"n": "n", "em": "em", "f1": "f1", "acc": "acc", "retrievals_per_question": "retrieval_calls",
+                "llm_forward_passes_per_question": "llm_forward_passes",
+                "generated_tokens_per_question": "generated_tokens", "seconds_per_question": "seconds_per_question",
+                "retrieval_share": "retrieval_share"}
+# Config keys never shown as knobs: where the run went, how it was scheduled, and the method (its own column).
+NOT_KNOBS = frozenset({"output_dir", "show_progress", "chunk_size", "device", "method"})
+
+
+@dataclass
+class EvalRun:
+    name: str
+    folder: Path
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+    knobs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def method(self) -> str:
+        method = self.metrics.get("method") or self.config.get("method", "?")
+        inner = self.config.get("gate_inner", "single")
+        return f"{method} ({inner})" if method in ("adapt-llm", "ar", "popularity") and inner != "single" else method
+
+    def records(self) -> list[PredictionRecord]:
+        return read_predictions(self.folder)
+
+
+@dataclass
+class GateEval:
+    """An ADAPT-LLM evaluation of training/adapt_llm.py: NR / AR / ADAPT-LLM and a <RET> threshold sweep."""
+
+    name: str
+    folder: Path
+    summary: dict[str, Any]
+
+    @property
+    def records_file(self) -> Path:
+        """Every question's answers: predictions.jsonl, or records.jsonl in a folder written before."""
+        new = self.folder / "predictions.jsonl"
+        return new if new.is_file() else self.folder / "records.jsonl"
+
+
+@dataclass
+class DistillLog:
+    name: str
+    folder: Path
+    rows: list[dict[str, Any]]
+
+
+@dataclass
+class Runs:
+    evals: list[EvalRun] = field(default_factory=list)
+    gates: list[GateEval] = field(default_factory=list)
+    distills: list[DistillLog] = field(default_factory=list)
+
+
+def read_jsonl(paths: list[Path]) -> list[dict[str, Any]]:
+    """Records of JSONL files; a torn line (an interrupted run) is skipped."""
+    rows = []
+    for path in paths:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def read_predictions(folder: Path) -> list[PredictionRecord]:
+    """The prediction records of an evaluation folder (every process's file); a torn line is skipped."""
+    return [PredictionRecord.from_dict(r) for r in read_jsonl(sorted(folder.glob("predictions*.jsonl")))]
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DataError(f"{path}: not valid JSON ({err})") from None
+
+
+def load_eval_run(folder: Path, name: str) -> EvalRun:
+    try:
+        config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise DataError(f"{folder / 'config.yaml'}: not valid YAML ({type(err).__name__})") from None
+    if not isinstance(config, dict):
+        raise DataError(f"{folder / 'config.yaml'}: expected a mapping of setting: value")
+    if (folder / "metrics.json").is_file():
+        metrics = _read_json(folder / "metrics.json")
+    else:  # an interrupted run: score what it has
+        metrics = summarise(read_predictions(folder), normalisation=config.get("answer_normalisation", "official"))
+        name += " (unfinished)"
+    return EvalRun(name, folder, config, metrics)
+
+
+def find_runs(paths: list[str]) -> Runs:
+    """Every run below each path (recursively); a path with none is a DataError."""
+    runs, seen = Runs(), set()
+    for arg in paths:
+        root = Path(arg)
+        if not root.is_dir():
+            raise ConfigError(f"{arg}: not a folder")
+        for folder in [root, *sorted(p for p in root.rglob("*") if p.is_dir())]:
+            if folder.resolve() in seen:
+                continue
+            seen.add(folder.resolve())
+            rel = folder.relative_to(root).as_posix()
+            name = root.resolve().name + ("" if rel == "." else f"/{rel}")
+            if (folder / "summary.json").is_file() and ((folder / "records.jsonl").is_file()
+                                                        or (folder / "predictions.jsonl").is_file()):
+                # the training job's evaluation: its rows are NR / AR / ADAPT-LLM from summary.json
+                runs.gates.append(GateEval(name, folder, _read_json(folder / "summary.json")))
+            elif (folder / "config.yaml").is_file() and ((folder / "metrics.json").is_file()
+                                                         or any(folder.glob("predictions*.jsonl"))):
+                runs.evals.append(load_eval_run(folder, name))
+            if (folder / "metrics.jsonl").is_file():
+                runs.distills.append(DistillLog(name, folder, read_jsonl([folder / "metrics.jsonl"])))
+    if not (runs.evals or runs.gates or runs.distills):
+        raise DataError(f"no runs in {', '.join(paths)}: expected evaluation folders (config.yaml with metrics.json "
+                        "or predictions.jsonl), ADAPT-LLM evaluations (summary.json) or distillation logs "
+                        "(metrics.jsonl)")
+    set_knobs(runs.evals)
+    return runs
+
+
+def _shows(knob: str, config: dict[str, Any]) -> bool:
+    from inference.commands.knobs import knob_applies
+
+    if knob in ("trigger", "query"):  # resolved from the method unless the method is custom
+        return config.get("method") == "custom"
+    try:
+        return knob_applies(knob, config)
+    except (KeyError, ValueError):  # a config from an older version: show what differs
+        return True
+
+
+def set_knobs(runs: list[EvalRun]) -> None:
+    """Each run's knobs: the settings that differ between the runs and that its method reads."""
+    keys = list(dict.fromkeys(k for r in runs for k in r.config if k not in NOT_KNOBS))
+    differ = [k for k in keys if len({json.dumps(r.config.get(k), default=str) for r in runs}) > 1]
+    for r in runs:
+        r.knobs = r.knobs or {k: r.config.get(k) for k in differ if _shows(k, r.config)}
+
+
+def knob_text(knobs: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in knobs.items())
+
+
+def table_rows(runs: Runs) -> list[dict[str, Any]]:
+    rows = []
+    for r in runs.evals:
+        row = {"run": r.name, "method": r.method, "knobs": knob_text(r.knobs)}
+        rows.append({**row, **{k: r.metrics.get(m) for k, m in FROM_METRICS.items()}})
+    for g in runs.gates:  # NR / AR / ADAPT-LLM decided from one generation pass
+        for policy, s in g.summary.get("summaries", {}).items():
+            rows.append({"run": g.name, "method": policy, "knobs": "", "n": s.get("n"), "acc": s.get("accuracy"),
+                         "retrieval_share": s.get("retrieval_share")})
+    return rows
+
+
+def columns(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    extra = [c for c in OPTIONAL_COLUMNS if any(row.get(c[0]) is not None for row in rows)]
+    return [*COLUMNS, *extra]
+
+
+def _cell(key: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3f}" if key in ("em", "f1", "acc", "retrieval_share", "seconds_per_question") else \
+            f"{value:.2f}"
+    return str(value)
+
+
+def markdown(rows: list[dict[str, Any]], cols: list[tuple[str, str]]) -> str:
+    lines = ["| " + " | ".join(label for _, label in cols) + " |", "|" + "---|" * len(cols)]
+    for row in rows:
+        lines.append("| " + " | ".join(_cell(k, row.get(k)).replace("|", "\\|") for k, _ in cols) + " |")
+    return "\n".join(lines)
+
+
+def write_table(rows: list[dict[str, Any]], folder: Path, stem: str) -> str:
+    """``stem.md`` and ``stem.csv`` in ``folder``; returns the Markdown."""
+    cols = columns(rows)
+    folder.mkdir(parents=True, exist_ok=True)
+    table = markdown(rows, cols)
+    (folder / f"{stem}.md").write_text(table + "\n", encoding="utf-8")
+    with (folder / f"{stem}.csv").open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=[k for k, _ in cols], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows({k: ("" if row.get(k) is None else row.get(k)) for k, _ in cols} for row in rows)
+    return table
+
+
+def write_summary(folder: Path, results: list) -> str:
+    """A sweep's ``summary.md`` / ``summary.csv``: one row per point (``results`` from inference.commands.sweep)."""
+    runs = Runs(evals=[EvalRun(p.name, Path(p.values["output_dir"]), p.values, m,
+                               {k: v for k, v in p.knobs.items() if k != "method"})  # method: its own column
+                       for p, m in results if m])
+    return write_table(table_rows(runs), folder, "summary")
+
+
+def gate_series(runs: Runs) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:
+    """(<RET> threshold series, popularity threshold series) from gate evaluations and gate runs of a sweep."""
+    ret, pop = defaultdict(list), defaultdict(list)
+    for g in runs.gates:
+        ret[g.name] = [{"threshold": r["threshold"], "accuracy": r["accuracy"],
+                        "retrieval_share": r["retrieval_share"]} for r in g.summary.get("sweep", [])]
+        pop[g.name] = popularity_curve(g.records_file)
+    for r in runs.evals:
+        c, m = r.config, r.metrics
+        if m.get("retrieval_share") is None:
+            continue
+        group = f"{c.get('model')} / {c.get('dataset')}"
+        point = {"accuracy": m.get("acc", 0.0), "retrieval_share": m["retrieval_share"]}
+        if c.get("method") == "adapt-llm" and c.get("gate_rule") == "threshold":
+            ret[group].append({"threshold": c.get("ret_threshold"), **point})
+        elif c.get("method") == "popularity":
+            pop[group].append({"threshold": c.get("popularity_threshold"), **point})
+    return dict(ret), {k: v for k, v in pop.items() if v}
+
+
+def popularity_curve(path: Path, points: int = 40) -> list[dict]:
+    """The popularity policy re-decided at up to ``points`` thresholds from a gate evaluation's records (every
+    question's closed-book and context answers are there: ``predictions.jsonl``, or an older ``records.jsonl``);
+    empty when the records carry no popularity."""
+    from dataclasses import replace
+
+    from inference.commands.popularity_threshold import read_records
+
+    rows = read_jsonl([path])
+    if not rows or any(r.get("popularity") is None for r in rows):  # not PopQA: no curve to draw
+        return []
+    try:
+        records = read_records(path)
+    except DataError as err:  # one figure less, not the whole report
+        logger.warning("no popularity curve: %s", err)
+        return []
+    pops = sorted({float(r.popularity) for r in records})
+    step = max(1, len(pops) // points)
+    curve = []
+    for t in [*pops[::step], pops[-1] * 1.01]:
+        try:
+            s = summarize(redecide(records, "popularity", replace(GateConfig(), popularity_threshold=t)))
+        except ValueError:  # records without the answers a policy needs
+            return []
+        curve.append({"threshold": t, "accuracy": s["accuracy"], "retrieval_share": s["retrieval_share"]})
+    return curve
+
+
+def draw_figures(runs: Runs, out: Path) -> list[tuple[str, Path]]:
+    from inference.commands import report_figures as figs
+
+    ret, pop = gate_series(runs)
+    drawn = []
+    for title, stem, draw in (
+            ("Quality against retrievals per question", "frontier", lambda p: figs.frontier(runs.evals, p)),
+            ("Iter-RetGen per iteration", "iterations", lambda p: figs.iterations(runs.evals, p)),
+            ("The gate against its thresholds", "gate_thresholds", lambda p: figs.gate_thresholds(ret, pop, p)),
+            ("Retriever distillation", "distillation", lambda p: figs.distillation(runs.distills, p))):
+        path = out / f"{stem}.png"
+        if draw(path):
+            drawn.append((title, path))
+    return drawn
+
+
+def trace_links(runs: Runs, out: Path) -> dict[str, list[str]]:
+    """Trace views (``*.html`` in a run folder, e.g. ``python -m inference.commands.trace --out RUN/trace.html``)."""
+    return {r.name: [os.path.relpath(p, out) for p in sorted(r.folder.glob("*.html"))
+                     if p.name != "report.html"] for r in runs.evals}
+
+
+def html_page(rows: list[dict[str, Any]], figures: list[tuple[str, Path]], traces: dict[str, list[str]]) -> str:
+    cols = columns(rows)
+    with_traces = any(traces.values())
+    head = "".join(f"<th>{html.escape(label)}</th>" for _, label in cols) + ("<th>trace</th>" if with_traces else "")
+    body = []
+    for row in rows:
+        cells = "".join(f"<td>{html.escape(_cell(k, row.get(k)))}</td>" for k, _ in cols)
+        if with_traces:
+            links = traces.get(row["run"], [])
+            cells += "<td>" + " ".join(f'<a href="{html.escape(link)}">{html.escape(Path(link).name)}</a>'
+                                       for link in links) + "</td>"
+        body.append(f"<tr>{cells}</tr>")
+    parts = ["<!doctype html><meta charset=utf-8><title>adaptive-rag report</title>",
+             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
+             "td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}td:nth-child(-n+3){text-align:left}"
+             "img{max-width:100%}</style>",
+             "<h1>Results</h1>", f"<table><tr>{head}</tr>{''.join(body)}</table>"]
+    for title, path in figures:
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        parts.append(f'<h2>{html.escape(title)}</h2><img alt="{html.escape(title)}" src="data:image/png;base64,'
+                     f'{data}">')
+    return "\n".join(parts) + "\n"
+
+
+def make_report(paths: list[str], out_dir: str | Path) -> dict[str, Any]:
+    """Write the table, the figures and report.html into ``out_dir``; returns what was written."""
+    runs = find_runs(paths)
+    out = Path(out_dir)
+    rows = table_rows(runs)
+    table = write_table(rows, out, "results")
+    figures = draw_figures(runs, out)
+    (out / "report.html").write_text(html_page(rows, figures, trace_links(runs, out)), encoding="utf-8")
+    return {"table": table, "figures": [p for _, p in figures], "html": out / "report.html", "rows": rows}
+
+
+@dataclass
+class ReportConfig:
+    runs: list[str] = field(default_factory=list, metadata={
+        "help": "run folders (also given first, without --runs): evaluation or sweep folders, ADAPT-LLM "
+                "evaluations, distillation outputs"})
+    out: str = field(default="runs/report", metadata={"help": "where the table, figures and report.html go"})
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first_flag = next((i for i, a in enumerate(argv) if a.startswith("-")), len(argv))
+    if first_flag:  # RUN_DIR... before the flags
+        argv = ["--runs", *argv[:first_flag], *argv[first_flag:]]
+    (cfg,) = parse_config((ReportConfig,), argv, prog="python -m inference.commands.report")
+    if not cfg.runs:
+        raise ConfigError("give at least one run folder: python -m inference.commands.report RUN_DIR... --out DIR")
+    result = make_report(cfg.runs, cfg.out)
+    print(result["table"])
+    print(f"\n{len(result['figures'])} figure(s), report: {result['html']}")
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

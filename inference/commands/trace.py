@@ -1,0 +1,115 @@
+"""Why did retrieval fire? An HTML view of one question: generated words coloured by RIND score, the trigger
+points, the discarded text, the queries formed and the documents each round saw.
+
+    python -m inference.commands.trace --dataset world-two-hop --question_index 3 --theta 0.5 --out runs/trace.html
+    python -m inference.commands.trace --question "Who founded Ludisk Records?" --out runs/trace.html
+    python -m inference.commands.trace --predictions runs/eval/dragin/predictions.jsonl --question_id ID --out t.html
+
+The third form renders a record saved by ``inference.commands.evaluate`` run with ``--keep_signals true``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from adaptive_rag.lm.models import load_causal_lm
+from adaptive_rag.plumbing.config import ConfigError, parse_config, run_cli
+from adaptive_rag.plumbing.records import PredictionRecord, QAExample
+from inference.commands.eval_data import load_eval_retriever, question_at
+from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
+from inference.dynamic_rag.methods import MethodConfig
+from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
+
+
+@dataclass
+class TraceConfig:
+    model: str = "smollm2-135m"
+    dataset: str = "world-two-hop"
+    question_index: int = 0
+    question: str | None = None  # ask this instead of a dataset question
+    index: str | None = None
+    predictions: str | None = None  # render a saved record instead of running the model
+    question_id: str | None = None
+    out: str = "runs/trace.html"
+
+
+def _colour(score: float, theta: float) -> str:
+    """White at 0, full red at θ and above: the eye finds the words that came near firing."""
+    level = max(0.0, min(1.0, score / theta if theta > 0 else float(score > 0)))
+    return f"rgba(220, 40, 40, {0.08 + 0.8 * level:.2f})"
+
+
+LEGEND = (
+    '<p class=legend>Each word is shaded by its RIND score (entropy × attention later tokens paid it, × 0 for a '
+    'stopword under the paper profile): '
+    f'<span style="background:{_colour(0.0, 1.0)}">&nbsp;0&nbsp;</span> '
+    f'<span style="background:{_colour(0.5, 1.0)}">&nbsp;θ/2&nbsp;</span> '
+    f'<span style="background:{_colour(1.0, 1.0)}">&nbsp;≥ θ&nbsp;</span>; '
+    '<span style="outline:2px solid black">&nbsp;outlined&nbsp;</span> = the word that fired a retrieval; '
+    '<span style="text-decoration:line-through;opacity:0.6">&nbsp;struck through&nbsp;</span> = generated, then '
+    'discarded by the retrieval; hover a word for its entropy, attention and probability.</p>')
+
+
+def render(record: PredictionRecord) -> str:
+    parts = [f"<h2>{html.escape(record.question)}</h2>",
+             f"<p>gold: {html.escape(' | '.join(record.answers))}<br>output: <b>"
+             f"{html.escape(record.output)}</b></p>", LEGEND]
+    for rnd in record.signals:
+        theta, trig = rnd["theta"], rnd.get("trigger")
+        docs = ", ".join(html.escape(d["title"] or d["id"]) for d in rnd["docs"]) or "none"
+        parts.append(f"<h3>round {rnd['round']}</h3><p class=docs>documents in the prompt: {docs}</p><p>")
+        for w in rnd["words"]:
+            discarded = w["first_token"] >= rnd["kept_tokens"]
+            is_trigger = trig is not None and w["first_token"] == trig["token"]
+            title = (f"RIND {w['score']:.3f} = H {w['entropy']:.3f} × a_max {w['attention']:.3f} × s "
+                     f"{int(w['content'])}; min p {w['min_prob']:.3f}")
+            style = f"background:{_colour(w['score'], theta)}"
+            style += ";outline:2px solid black" if is_trigger else ""
+            style += ";text-decoration:line-through;opacity:0.6" if discarded else ""
+            text = html.escape(w["text"]).replace("\n", "<br>")
+            parts.append(f'<span style="{style}" title="{html.escape(title)}">{text}</span>')
+        parts.append("</p>")
+        if trig is not None:
+            parts.append(f"<p>&#9889; fired at token {trig['token']} (score {trig['score']:.3f} &gt; θ {theta}); "
+                         f"query: <code>{html.escape(trig['query'] or '')}</code></p>")
+    style = "body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.9}span{padding:1px 0}"
+    return f"<!doctype html><meta charset=utf-8><title>RIND trace</title><style>{style}</style>" + "".join(parts)
+
+
+def trace_record(cfg: TraceConfig, method: MethodConfig, prompt: PromptConfig,
+                 engine: EngineConfig) -> PredictionRecord:
+    if cfg.predictions:
+        for line in Path(cfg.predictions).read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            if rec["id"] == cfg.question_id:
+                record = PredictionRecord.from_dict(rec, source=cfg.predictions)
+                if not record.signals:
+                    raise ConfigError("this record has no signals: evaluate with --keep_signals true")
+                return record
+        raise ConfigError(f"question id {cfg.question_id} not in {cfg.predictions}")
+    if cfg.question:
+        example = QAExample("trace", cfg.question, ["?"])
+    else:
+        example = question_at(cfg.dataset, cfg.question_index)  # out of range: one line, before the model
+    model, tokenizer = load_causal_lm(cfg.model)
+    retriever = load_eval_retriever(cfg.index, cfg.dataset)
+    engine.keep_signals = True
+    eng = DynamicRAGEngine(model, tokenizer, retriever, PromptBuilder(tokenizer, prompt), method, engine)
+    return eng.run([example], show_progress=False)[0]
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg, method, prompt, engine = parse_config((TraceConfig, MethodConfig, PromptConfig, EngineConfig), argv,
+                                               prog="python -m inference.commands.trace")
+    record = trace_record(cfg, method, prompt, engine)
+    Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(cfg.out).write_text(render(record), encoding="utf-8")
+    print(f"{len(record.retrievals)} retrievals; trace written to {cfg.out}")
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,255 @@
+"""The shared dynamic-RAG engine: many questions generate in one batch; a question whose trigger fires leaves the
+batch, retrieves (batched with the others that fired in the same step), and rejoins with a new prompt while the
+rest keep decoding.
+
+Per question it keeps a provenance record (FlashRAG-style): output, every retrieval (round, position, trigger
+score, query, document ids), LLM forward passes, generated tokens (kept and discarded), rounds.
+
+After a retrieval that a trigger fired, the round's first sentence is kept unchecked (the progress guarantee,
+:mod:`inference.dynamic_rag.methods`); with ``docs_scope: next_sentence`` (DRAGIN's reference code) that sentence is
+the whole
+round, and the next round is prompted without the documents.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from adaptive_rag.lm.decoder import BatchDecoder, Sequence, shared_head_ids, stop_token_ids
+from adaptive_rag.lm.tokenization import prompt_ids
+from adaptive_rag.plumbing.records import Passage, PredictionRecord, QAExample, RetrievalRecord
+from adaptive_rag.plumbing.retriever import Retriever
+from inference.dynamic_rag.methods import MethodConfig
+from inference.dynamic_rag.prompts import PromptBuilder
+from inference.dynamic_rag.queries import form_query
+from inference.dynamic_rag.round_view import Event, RoundView
+from inference.dynamic_rag.signals import round_word_signals
+from inference.dynamic_rag.text_units import TokenText, ends_sentence
+from inference.dynamic_rag.triggers import check_trigger
+
+ANSWER_MARKER = re.compile(r"the answer is", re.IGNORECASE)
+
+
+@dataclass
+class EngineConfig:
+    batch_size: int = 16  # questions decoding together
+    max_new_tokens: int = 100  # answer length budget (DRAGIN: HotpotQA 100, 2Wiki 64, IIRC 128)
+    stop_after_answer: bool = True  # stop once "the answer is ..." sentence is complete (FS/FL-RAG need it)
+    head_reduce: str = "mean"  # attention heads: mean (paper) or max
+    keep_signals: bool = False  # store per-word RIND signals of every round in the record (for the trace view)
+    # prefill the prompts' common head (the paper style's few-shot demos, the chat template's system turn) once and
+    # reuse its KV cache for every admitted round; outputs and signals are the same as without it
+    shared_head: bool = True
+    # bf16 on a CPU: linear layers on weights prepacked once for oneDNN (adaptive_rag.lm.packed_linear); the same bits
+    packed_linears: bool = True
+
+    def __post_init__(self):
+        if self.batch_size <= 0 or self.max_new_tokens <= 0:
+            raise ValueError("batch_size and max_new_tokens must be positive")
+
+
+@dataclass
+class QuestionState:
+    example: QAExample
+    prior: str = ""  # answer text kept from earlier rounds (already in the prompt)
+    docs: list[Passage] = field(default_factory=list)
+    retrievals: list[RetrievalRecord] = field(default_factory=list)
+    forward_passes: int = 0
+    generated_tokens: int = 0
+    rounds: int = 0
+    output: str | None = None
+    # set while a round is in flight
+    view: RoundView | None = None
+    seq: Sequence | None = None
+    prompt_ids: list[int] = field(default_factory=list)
+    signals: list[dict[str, Any]] = field(default_factory=list)
+    after_retrieval: bool = False  # the next round follows a retrieval a trigger fired
+    docs_round: bool = False  # this round only writes the sentence the documents are for (docs_scope next_sentence)
+
+    def record(self, *, output_tokens: int, batch_mean_seconds: float) -> PredictionRecord:
+        """The finished question's prediction record; ``output_tokens``: tokens of its output; ``batch_mean_seconds``:
+        the batch's wall time per question (questions decode together: one question's own time is not measured)."""
+        ex = self.example
+        return PredictionRecord(id=ex.id, question=ex.question, answers=ex.answers, output=self.output or "",
+                                retrievals=self.retrievals, llm_forward_passes=self.forward_passes,
+                                generated_tokens=self.generated_tokens, batch_mean_seconds=batch_mean_seconds,
+                                output_tokens=output_tokens, rounds=self.rounds, signals=self.signals)
+
+
+class DynamicRAGEngine:
+    """``run(examples) -> records`` for any :class:`MethodConfig` over one model, tokenizer and retriever."""
+
+    def __init__(self, model, tokenizer, retriever: Retriever | None, prompts: PromptBuilder,
+                 method: MethodConfig, cfg: EngineConfig | None = None):
+        self.model, self.tokenizer, self.retriever = model, tokenizer, retriever
+        self.prompts, self.method, self.cfg = prompts, method, cfg or EngineConfig()
+        if method.retrieves and retriever is None:
+            raise ValueError(f"method '{method.method}' retrieves but no retriever was given")
+        self.method = method = method.resolved(getattr(prompts.cfg, "demos", None))
+        self.text = TokenText(tokenizer)
+        needs = method.needs(self.cfg.head_reduce)  # what the method's trigger and query former read
+        self.decoder = BatchDecoder(model, tokenizer,
+                                    reduce="none" if "attention_per_head" in needs else self.cfg.head_reduce,
+                                    capture="attention" in needs, stop_token_ids=stop_token_ids(tokenizer),
+                                    max_batch=self.cfg.batch_size, packed_linears=self.cfg.packed_linears)
+        if self.cfg.shared_head:
+            self.decoder.set_shared_prefix(shared_head_ids(tokenizer, prompts.head_probes()))
+
+    # -- prompts ------------------------------------------------------------------------------------------
+    def _start_round(self, state: QuestionState) -> Sequence:
+        prompt = self.prompts.build(state.example.question, state.docs, state.prior)
+        ids, offsets = prompt_ids(self.tokenizer, prompt.text, offsets=True)
+        eligible = qfs_eligible(offsets, prompt.question_span, prompt.prior_start)
+        budget = max(1, self.cfg.max_new_tokens - len(self.tokenizer.encode(state.prior, add_special_tokens=False)))
+        seq = Sequence(key=state, prompt_ids=ids, max_new_tokens=budget)
+        state.seq, state.prompt_ids, state.rounds = seq, ids, state.rounds + 1
+        state.docs_round = state.after_retrieval and bool(state.docs) and self.method.docs_for_next_sentence_only
+        state.view = RoundView(state.example.question, [], [], [], [], self.text.pieces(ids), eligible,
+                               after_retrieval=state.after_retrieval, head_reduce=self.cfg.head_reduce)
+        state.after_retrieval = False
+        return seq
+
+    # -- main loop ----------------------------------------------------------------------------------------
+    def run(self, examples: list[QAExample], *, show_progress: bool = True) -> list[PredictionRecord]:
+        states = [QuestionState(ex) for ex in examples]
+        waiting: deque[QuestionState] = deque()
+        to_retrieve: list[tuple[QuestionState, str, Event | None, int]] = []
+        for st in states:
+            if self.method.retrieves_first and self.method.max_rounds > 0:
+                to_retrieve.append((st, st.example.question, None, 0))
+            else:
+                waiting.append(st)
+        bar = tqdm(total=len(states), desc=self.method.method, disable=not show_progress, unit="q")
+        start = time.perf_counter()
+        while waiting or to_retrieve or self.decoder.active:
+            if to_retrieve:
+                waiting.extend(self._retrieve(to_retrieve))
+                to_retrieve = []
+            room = self.cfg.batch_size - len(self.decoder.active)
+            if waiting and room > 0:
+                self.decoder.admit([self._start_round(waiting.popleft()) for _ in range(min(room, len(waiting)))])
+            else:
+                self.decoder.step()
+            finished, leaving = self._inspect(to_retrieve, waiting)
+            self.decoder.remove(finished + leaving)
+            bar.update(len(finished))
+        bar.close()
+        per_question = (time.perf_counter() - start) / max(1, len(states))  # batch wall time shared evenly
+        return [st.record(output_tokens=len(self.tokenizer.encode(st.output or "", add_special_tokens=False)),
+                          batch_mean_seconds=per_question) for st in states]
+
+    def _inspect(self, to_retrieve, waiting) -> tuple[list[Sequence], list[Sequence]]:
+        """After a step: sync each sequence's view, finish the done ones, pull out those whose trigger fired, and
+        send back to the queue the rounds that only had to write the sentence their documents were for."""
+        finished, leaving = [], []
+        for seq in list(self.decoder.seqs):
+            st: QuestionState = seq.key
+            view = st.view
+            n_fed = len(seq.rows) if self.decoder.buffer is not None else max(0, len(seq.gen_ids) - 1)
+            if seq.done:
+                n_fed = len(seq.gen_ids)
+            nxt = "" if seq.done else self.text.piece(seq.gen_ids[-1]) if len(seq.gen_ids) > n_fed else ""
+            if n_fed > len(view.pieces):  # the round's text grows by the tokens fed since the last step
+                view.extend(self.text.pieces(seq.gen_ids[len(view.pieces):n_fed]))
+            stop = self.prompts.stop_index(view.text)
+            if stop is not None:  # the model began a new few-shot "Question:": the answer ended before it
+                n_fed, nxt = _tokens_before(view.pieces, stop), ""
+                view.truncate(n_fed)
+            view.prompt_row = seq.prompt_row
+            view.probs, view.entropies, view.rows = seq.probs[:n_fed], seq.entropies[:n_fed], seq.rows[:n_fed]
+            sentence_end = ends_sentence(view.text, nxt) if view.pieces else False
+            final = seq.done or stop is not None or self._answer_complete(st, view.text, sentence_end)
+            if st.docs_round and (sentence_end or final):
+                self._end_docs_round(st, seq, final, finished, leaving, waiting)
+                continue
+            event = None
+            if len(st.retrievals) < self.method.max_rounds:
+                event = check_trigger(view, self.method, sentence_end=sentence_end, final=final)
+            if event is not None:
+                query = form_query(view, event, self.method)
+                self._keep_signals(st, view, event.keep, event, query)
+                self._close_round(st, seq, keep=event.keep)
+                st.after_retrieval = True
+                to_retrieve.append((st, query, event, len(self.tokenizer.encode(st.prior, add_special_tokens=False))))
+                leaving.append(seq)
+            elif final:
+                self._finish(st, seq, view)
+                finished.append(seq)
+            elif sentence_end:
+                view.checked = len(view.pieces)
+        return finished, leaving
+
+    def _end_docs_round(self, st: QuestionState, seq: Sequence, final: bool, finished, leaving, waiting) -> None:
+        """The sentence the documents were retrieved for is written: keep it unchecked; go on without them."""
+        if final:
+            self._finish(st, seq, st.view)
+            finished.append(seq)
+            return
+        self._keep_signals(st, st.view, len(st.view.pieces), None, None)
+        self._close_round(st, seq, keep=len(st.view.pieces))
+        st.docs, st.docs_round = [], False
+        leaving.append(seq)
+        waiting.append(st)
+
+    def _finish(self, st: QuestionState, seq: Sequence, view: RoundView) -> None:
+        self._keep_signals(st, view, len(view.pieces), None, None)
+        self._close_round(st, seq, keep=len(view.pieces))
+        st.output = st.prior.strip()
+
+    def _answer_complete(self, st: QuestionState, text: str, sentence_end: bool) -> bool:
+        return self.cfg.stop_after_answer and sentence_end and bool(ANSWER_MARKER.search(st.prior + text))
+
+    def _keep_signals(self, st: QuestionState, view: RoundView, keep: int, event, query: str | None) -> None:
+        if not self.cfg.keep_signals:
+            return
+        words = round_word_signals(view, self.method)
+        st.signals.append({
+            "round": st.rounds, "kept_tokens": keep, "theta": self.method.theta,
+            "words": [{"text": "".join(view.pieces[i] for i in w.tokens), "first_token": w.tokens[0],
+                       "entropy": w.entropy, "attention": w.attention, "content": w.content,
+                       "score": w.score if self.method.content_filter == "score" else w.unfiltered_score,
+                       "min_prob": min(view.probs[i] for i in w.tokens)} for w in words],
+            "trigger": None if event is None else {"token": event.token, "score": event.score, "query": query},
+            "docs": [{"id": d.id, "title": d.title} for d in st.docs],
+        })
+
+    def _close_round(self, st: QuestionState, seq: Sequence, keep: int) -> None:
+        st.prior += self.tokenizer.decode(seq.gen_ids[:keep], skip_special_tokens=True)
+        st.forward_passes += seq.forward_passes
+        st.generated_tokens += len(seq.gen_ids)
+        seq.done = True
+
+    def _retrieve(self, jobs: list[tuple[QuestionState, str, Event | None, int]]) -> list[QuestionState]:
+        """One batched search for every question that fired in this step; new documents replace the old."""
+        hits = self.retriever.search([q for _, q, _, _ in jobs], self.method.top_k)
+        for (st, query, event, position), found in zip(jobs, hits):
+            st.docs = [h.passage for h in found]
+            st.retrievals.append(RetrievalRecord(round=st.rounds, position=position,
+                                                 trigger_score=0.0 if event is None else event.score, query=query,
+                                                 doc_ids=[p.id for p in st.docs],
+                                                 stopword_hits=event is not None and event.stopword_hits))
+        return [st for st, _, _, _ in jobs]
+
+
+def qfs_eligible(offsets: list[tuple[int, int]], question_span: tuple[int, int], prior_start: int) -> list[bool]:
+    """Per prompt token: may QFS draw a word from it? Yes when its characters overlap the question, or lie in the
+    answer written so far; never demos, documents, template or an added BOS (an empty span). Overlap, not
+    containment: a word's token carries the space before it, which lies outside the question's span."""
+    q0, q1 = question_span
+    return [b > a and ((a < q1 and b > q0) or b > prior_start) for a, b in offsets]
+
+
+def _tokens_before(pieces: list[str], char: int) -> int:
+    """How many pieces end at or before character ``char`` of their joined text."""
+    pos = 0
+    for i, piece in enumerate(pieces):
+        pos += len(piece)
+        if pos > char:
+            return i
+    return len(pieces)

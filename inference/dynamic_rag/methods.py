@@ -1,0 +1,231 @@
+"""Dynamic-RAG methods as "when to retrieve" (a trigger) × "what to query" (a query former), and their settings.
+
+Triggers live in ``inference/dynamic_rag/triggers/`` and query formers in ``inference/dynamic_rag/queries/``, one
+file each, registered
+by name; :class:`MethodConfig` holds the settings shared by all methods plus the ``Knobs`` each plug-in owns, and
+``PRESETS`` maps each method name to its (trigger, query former, runner, depth).
+
+Every method of the DRAGIN paper is one pair; any trigger combines with any query former (its Tables 4 and 6):
+
+=========  ===================  ==========================
+method     trigger              query
+=========  ===================  ==========================
+wo-rag     never                —
+sr-rag     once, before         question
+fl-rag     every n tokens       last window of n tokens
+fs-rag     every sentence       last sentence
+flare      low-probability tok  sentence minus uncertain tokens
+dragin     RIND > θ             QFS top-n attended words
+=========  ===================  ==========================
+
+``dragin_profile`` chooses between two readings of DRAGIN (each setting is also a switch of its own; a switch set
+explicitly wins over the profile). ``paper`` follows the paper's text; ``reference`` reproduces the authors' code
+(oneal2000/DRAGIN ``src/generate.py``, ``AttnWeightRAG`` and ``FixLengthRAG``; SPEC.md):
+
+========================  =====================================  ============================================
+setting                   paper                                  reference
+========================  =====================================  ============================================
+rind_attention            heads reduced per row, then            per head the max over query rows j >= i
+                          a_max(i) = max_{j>i} A[j, i]           (diagonal included), then the mean over heads
+rind_normalisation        none                                   per sentence: attention / sum × word count
+content_filter            ``score``: s_i inside the score        ``after_threshold``: H·a > θ fires (also on a
+                                                                 stopword); stopwords are then dropped from
+                                                                 the hits QFS averages
+rind_scope                ``sentence``: each sentence judged     ``round``: the round is generated to its end,
+                          when it ends                           then its sentences are judged in order
+docs_scope                ``until_replaced``                     ``next_sentence``: the documents serve the
+                                                                 one sentence after the retrieval; later
+                                                                 rounds are prompted without them
+qfs_attention             the triggering token's own row         rows of the positions before the hit words'
+                                                                 tokens, averaged over the hits
+qfs_top_n                 25                                     the reference's dataset configs: HotpotQA 35,
+                                                                 2Wiki 25, IIRC 35, StrategyQA 35
+fixed_question_first      no                                     FL-RAG and FS-RAG retrieve with the question
+                                                                 before generating (Table 3 counts that call)
+max_rounds                5                                      20 (the reference has no cap; the token budget
+                                                                 ends its loop)
+========================  =====================================  ============================================
+
+Progress guarantee (both profiles, ``keep_sentence_after_retrieval``): after a retrieval fired by a trigger (RIND,
+FLARE), the first sentence generated with the new documents is kept without being checked; the trigger may fire
+again only after it. Without it a trigger that fires in the first sentence after every retrieval keeps nothing and
+retrieves again at the same position until the retrieval cap (measured on HotpotQA with the paper prompt). The
+reference code does this (it keeps the first sentence of the generation after a retrieval, unchecked), FLARE does
+it (the regenerated sentence is accepted), and the paper implies it (a later trigger is at a *subsequent* position
+j). One sentence, not one token: the sentence truncation would otherwise cut the kept token away again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from adaptive_rag.plumbing.config import field_comments
+from inference.dynamic_rag.queries import QUERIES
+from inference.dynamic_rag.triggers import TRIGGERS
+
+Truncation = Literal["sentence", "token", "none"]
+Profile = Literal["paper", "reference"]
+Runner = Literal["engine", "iter-retgen", "gate"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A method name: its trigger and query former (None: set both, ``custom``), what runs it, and its depth."""
+
+    trigger: str | None
+    query: str | None
+    runner: Runner = "engine"
+    top_k: int = 3  # documents per retrieval (DRAGIN: 3 via BM25; FLARE used 2)
+
+
+PRESETS: dict[str, Preset] = {
+    "wo-rag": Preset("never", "question"), "sr-rag": Preset("single", "question"),
+    "fl-rag": Preset("fixed_length", "last_window"), "fs-rag": Preset("fixed_sentence", "last_sentence"),
+    "flare": Preset("flare", "flare_masked"), "dragin": Preset("rind", "qfs"), "custom": Preset(None, None),
+    # Iter-RetGen is a loop of whole generations (inference/iter_retgen/loop.py), not a trigger (paper: top-5,
+    # --top_k 5)
+    "iter-retgen": Preset("single", "question", "iter-retgen"),
+    # ADAPT-LLM's gate and its baselines (inference/adapt_gate/gate_eval.py): at most one decision to retrieve;
+    # training showed
+    # one gold passage in the context prompt
+    "adapt-llm": Preset("single", "question", "gate", top_k=1), "nr": Preset("never", "question", "gate", top_k=1),
+    "ar": Preset("single", "question", "gate", top_k=1),
+    "popularity": Preset("single", "question", "gate", top_k=1),
+}
+
+# Settings each DRAGIN profile gives to the switches left unset (None); see the module docstring.
+PROFILES: dict[str, dict[str, object]] = {
+    "paper": {"rind_attention": "paper", "rind_normalisation": "paper", "content_filter": "score",
+              "rind_scope": "sentence", "docs_scope": "until_replaced", "qfs_attention": "paper",
+              "fixed_question_first": False, "max_rounds": 5},
+    "reference": {"rind_attention": "reference", "rind_normalisation": "reference", "content_filter": "after_threshold",
+                  "rind_scope": "round", "docs_scope": "next_sentence", "qfs_attention": "reference",
+                  "fixed_question_first": True, "max_rounds": 20},
+}
+
+
+@dataclass
+class SharedSettings:
+    """Settings every method shares; each trigger and query former adds its own ``Knobs`` after these."""
+
+    method: str = "dragin"
+    trigger: str | None = None  # None: the method's own; set both for ablations ("custom")
+    query: str | None = None
+    # documents per retrieval; None: the method's own (3; 1 for the gate's context prompt)
+    top_k: int | None = None
+    # Retrieval cap per question; None: the profile's (paper 5, reference 20 = no cap within a 100-token budget)
+    max_rounds: int | None = None
+    dragin_profile: Profile = "paper"  # which reading of DRAGIN fills the switches left unset
+    docs_scope: Literal["until_replaced", "next_sentence"] | None = None  # for retrievals a trigger fired
+    fixed_question_first: bool | None = None  # FL-RAG / FS-RAG retrieve with the question before generating
+    keep_sentence_after_retrieval: bool = True  # the progress guarantee (module docstring)
+    truncation: Truncation = "sentence"  # reference: cut at the start of the sentence holding the trigger
+    query_max_words: int = 64  # BM25 query cut to its last 64 words (reference: 64 tokens)
+    iterations: int = 2  # Iter-RetGen's T
+
+
+class MethodLogic:
+    """Validation, profile filling and what the engine asks of a method (MethodConfig's behaviour)."""
+
+    def __post_init__(self):
+        if self.method not in PRESETS:
+            raise ValueError(f"unknown method '{self.method}' (known: {', '.join(PRESETS)})")
+        preset = PRESETS[self.method]
+        self.trigger = self.trigger or preset.trigger
+        self.query = self.query or preset.query
+        if self.trigger is None or self.query is None:
+            raise ValueError("method 'custom' needs both 'trigger' and 'query'")
+        trigger, query = TRIGGERS.get(self.trigger), QUERIES.get(self.query)
+        if self.dragin_profile not in PROFILES:
+            raise ValueError(f"dragin_profile must be one of {', '.join(PROFILES)}, got '{self.dragin_profile}'")
+        for name, value in PROFILES[self.dragin_profile].items():
+            if getattr(self, name, None) is None:
+                setattr(self, name, value)
+        if (self.top_k is not None and self.top_k <= 0) or self.max_rounds < 0:
+            raise ValueError("top_k must be positive; max_rounds non-negative")
+        trigger.validate(self)
+        query.validate(self)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only for names that are not fields: the knobs of a plug-in registered after MethodConfig was made (one
+        # defined in a test module or a notebook) read as their defaults.
+        if not name.startswith("__"):
+            for registry in (TRIGGERS, QUERIES):
+                for _, plugin in registry.items():
+                    if plugin.Knobs is not None:
+                        for f in dataclasses.fields(plugin.Knobs):
+                            if f.name == name:
+                                return f.default
+        raise AttributeError(f"{type(self).__name__} has no setting '{name}'")
+
+    @property
+    def retrieves_first(self) -> bool:
+        """SR-RAG and FLARE retrieve with the question before generating; FL-RAG and FS-RAG when
+        ``fixed_question_first`` (the reference code)."""
+        return TRIGGERS.get(self.trigger).retrieves_first(self)
+
+    @property
+    def docs_for_next_sentence_only(self) -> bool:
+        """After a retrieval a trigger fired, do the documents serve one sentence only (reference)?"""
+        return self.docs_scope == "next_sentence" and TRIGGERS.get(self.trigger).judges_content
+
+    @property
+    def retrieves(self) -> bool:
+        """Can this method retrieve at all (else it needs no retriever)?"""
+        return TRIGGERS.get(self.trigger).retrieves
+
+    @property
+    def runner(self) -> str:
+        return PRESETS[self.method].runner
+
+    def needs(self, head_reduce: str) -> frozenset[str]:
+        """What the decoder must capture for this method's trigger and query former."""
+        return TRIGGERS.get(self.trigger).needs(self, head_reduce) | QUERIES.get(self.query).needs(self, head_reduce)
+
+    def resolved(self, *dataset_hints: str | None):
+        """This config with what depends on the run filled: ``top_k`` (the method's own when unset) and the query
+        former's dataset-dependent knobs (QFS's ``qfs_top_n``: paper 25, reference by dataset)."""
+        filled: dict[str, Any] = {} if self.top_k is not None else {"top_k": PRESETS[self.method].top_k}
+        filled.update(QUERIES.get(self.query).resolve(self, dataset_hints))
+        return replace(self, **filled) if filled else self
+
+
+def _knob_fields() -> list[tuple[str, Any, Any]]:
+    """(name, type, field) of every plug-in's Knobs, in registry order; a name owned twice must agree."""
+    out: dict[str, tuple[str, Any, Any]] = {}
+    owners: dict[str, str] = {}
+    for kind, registry in (("trigger", TRIGGERS), ("query", QUERIES)):
+        for name, plugin in registry.items():
+            knobs = plugin.Knobs
+            if knobs is None:
+                continue
+            hints, helps = typing.get_type_hints(knobs), field_comments(knobs)
+            for f in dataclasses.fields(knobs):
+                if f.name in out:
+                    raise TypeError(f"knob '{f.name}' of {kind} '{name}' is already owned by {owners[f.name]}")
+                meta = dict(f.metadata) or ({"help": helps[f.name]} if f.name in helps else {})
+                out[f.name] = (f.name, hints[f.name], field(default=f.default, metadata=meta))
+                owners[f.name] = f"{kind} '{name}'"
+    return list(out.values())
+
+
+def _method_config() -> type:
+    hints, helps = typing.get_type_hints(SharedSettings), field_comments(SharedSettings)
+    choices = {"method": Literal[tuple(PRESETS)], "trigger": Literal[tuple(TRIGGERS.names())] | None,  # type: ignore
+               "query": Literal[tuple(QUERIES.names())] | None}  # type: ignore[valid-type]
+    shared = [(f.name, choices.get(f.name, hints[f.name]),
+               field(default=f.default, metadata={"help": helps[f.name]} if f.name in helps else {}))
+              for f in dataclasses.fields(SharedSettings)]
+    cls = dataclasses.make_dataclass("MethodConfig", shared + _knob_fields(), bases=(MethodLogic,))
+    cls.__module__ = __name__  # for pickling (data-parallel evaluation) and repr
+    cls.__doc__ = "All knobs of a dynamic-RAG method. Defaults follow the DRAGIN paper and its public configuration."
+    return cls
+
+
+MethodConfig = _method_config()
+KNOB_OWNERS: dict[str, tuple[str, str]] = {  # knob -> ("trigger" | "query", plug-in name)
+    f.name: (kind, name) for kind, reg in (("trigger", TRIGGERS), ("query", QUERIES)) for name, plugin in reg.items()
+    if plugin.Knobs is not None for f in dataclasses.fields(plugin.Knobs)}

@@ -1,0 +1,44 @@
+"""What to retrieve with: one query former per file in this folder, registered by name with :func:`register_query`.
+
+A query former is a class with ``form(view, event, cfg) -> str``; like a trigger
+(inference/dynamic_rag/triggers/__init__.py)
+it declares ``needs(cfg, head_reduce)`` and may own ``Knobs``. :func:`form_query` cuts every query to its last
+``query_max_words`` words and falls back to the question when a former yields nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from inference.dynamic_rag.registry import Registry
+from inference.dynamic_rag.round_view import Event, RoundView
+
+
+class QueryFormer:
+    name: ClassVar[str]
+    Knobs: ClassVar[type | None] = None
+    reads: ClassVar[tuple[str, ...]] = ()  # settings it reads that it does not own (a sweep crosses them)
+
+    def needs(self, cfg: Any, head_reduce: str) -> frozenset[str]:
+        return frozenset()
+
+    def validate(self, cfg: Any) -> None:
+        """Raise ValueError for knob values this former cannot work with."""
+
+    def resolve(self, cfg: Any, hints: tuple[str | None, ...]) -> dict[str, Any]:
+        """Knob values to fill once the dataset is known (``hints``: its name or path, the demos' name)."""
+        return {}
+
+    def form(self, view: RoundView, event: Event, cfg: Any) -> str:
+        raise NotImplementedError
+
+
+QUERIES: Registry[QueryFormer] = Registry("query", __name__)
+register_query = QUERIES.register
+
+
+def form_query(view: RoundView, event: Event, cfg: Any) -> str:
+    """The retrieval query for ``event``; falls back to the question when a former yields nothing."""
+    q = QUERIES.get(cfg.query).form(view, event, cfg)
+    q = " ".join(q.split()[-cfg.query_max_words:])
+    return q or view.question

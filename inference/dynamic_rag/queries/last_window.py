@@ -1,0 +1,13 @@
+"""FL-RAG: the last ``fixed_length`` generated tokens (the window of the fixed_length trigger)."""
+
+from __future__ import annotations
+
+from inference.dynamic_rag.queries import QueryFormer, register_query
+
+
+@register_query("last_window")
+class LastWindow(QueryFormer):
+    reads = ("fixed_length",)  # the fixed_length trigger's window
+
+    def form(self, view, event, cfg) -> str:
+        return "".join(view.pieces[max(0, event.token + 1 - cfg.fixed_length): event.token + 1])

@@ -1,0 +1,68 @@
+"""DRAGIN's QFS: the top-n words of the question and the answer so far by the attention of the triggering token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from inference.dynamic_rag import signals
+from inference.dynamic_rag.queries import QueryFormer, register_query
+from inference.dynamic_rag.round_view import Event, RoundView, reduce_heads
+
+PAPER_QFS_TOP_N = 25  # the paper gives no n; the low end of the reference's 25-35
+# retrieve_keep_top_k in the reference's config/Llama2-7b-chat/<dataset>/DRAGIN.json
+REFERENCE_QFS_TOP_N = {"hotpotqa": 35, "2wiki": 25, "iirc": 35, "strategyqa": 35}
+REFERENCE_QFS_TOP_N_OTHER = 35
+
+
+@register_query("qfs")
+class Qfs(QueryFormer):
+    @dataclass
+    class Knobs:
+        qfs_attention: Literal["paper", "reference"] | None = None  # None: the dragin_profile's
+        qfs_top_n: int | None = None  # None: the profile's (paper 25; reference by dataset, see REFERENCE_QFS_TOP_N)
+
+    def needs(self, cfg, head_reduce: str) -> frozenset[str]:
+        # the reference's QFS averages heads, which rows already reduced by max cannot give
+        per_head = cfg.qfs_attention == "reference" and head_reduce != "mean"
+        return frozenset({"attention"} | ({"attention_per_head"} if per_head else set()))
+
+    def validate(self, cfg) -> None:
+        if (cfg.qfs_top_n or 1) <= 0:
+            raise ValueError("qfs_top_n must be positive")
+
+    def resolve(self, cfg, hints):
+        """``qfs_top_n``: the paper profile's 25, or the reference's value for the first hint (a dataset name or
+        path, the demos' name) that names one of its datasets, else 35."""
+        if cfg.qfs_top_n is not None:
+            return {}
+        if cfg.dragin_profile == "paper":
+            return {"qfs_top_n": PAPER_QFS_TOP_N}
+        for hint in hints:
+            for key, n in REFERENCE_QFS_TOP_N.items():
+                if hint and key in str(hint).lower():
+                    return {"qfs_top_n": n}
+        return {"qfs_top_n": REFERENCE_QFS_TOP_N_OTHER}
+
+    def form(self, view: RoundView, event: Event, cfg) -> str:
+        top_n = cfg.qfs_top_n or PAPER_QFS_TOP_N
+        if cfg.qfs_attention == "reference":
+            return _reference(view, event, top_n)
+        row = view.row(event.token)[:-1]  # over all positions before the triggering token
+        pieces = view.prompt_pieces + view.pieces[: event.token]
+        eligible = view.eligible + [True] * event.token
+        return signals.qfs_query(row, pieces, eligible, top_n)
+
+
+def _reference(view: RoundView, event: Event, top_n: int) -> str:
+    """The reference's QFS over question + answer so far + this round up to the end of the triggering sentence;
+    hit words whose preceding row is missing (token 0 without a prefill row) fall back to their own row."""
+    p = len(view.prompt_pieces)
+    end = view.sentence_end(event.token)
+    hits = event.hits or [[event.token]]
+    rows_before = [[view.row_before(t) if view.row_before(t) is not None else reduce_heads(view.rows[t], "mean")
+                    for t in word] for word in hits]
+    exclude = {p + t for word in hits for t in word}
+    return signals.qfs_query_reference(rows_before, [p + word[0] for word in hits],
+                                       view.prompt_pieces + view.pieces[:end], view.eligible + [True] * end,
+                                       exclude, top_n)

@@ -1,0 +1,223 @@
+"""DRAGIN's signals as pure functions over recorded generation signals (hand-checkable; no model here).
+
+Definitions (SPEC.md, DRAGIN paper): for generated tokens t_1..t_n,
+
+* ``H_i = -Σ_v p_i(v) log p_i(v)``: recorded by the decoder;
+* ``a_max(i) = max_{j>i} A[j, i]``: the most last-layer attention any later generated token pays to t_i;
+* ``s_i = 0`` when t_i's word is a stopword (or has no letter/digit), else 1;
+* ``S_RIND(t_i) = H_i · a_max(i) · s_i`` computed on words (sub-word pieces merged).
+
+DRAGIN's reference code (oneal2000/DRAGIN ``src/generate.py``, ``AttnWeightRAG``) differs in places; its variants are
+here too, each named ``..._reference``: per head the max over query rows (diagonal included) before the mean over
+heads, and QFS from the attention rows of the positions before the hit words, averaged over the hits.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+
+def _spacy_stop_words() -> frozenset[str]:
+    """spaCy's English stopword list (SPEC: the reference used spaCy), read from spaCy's own file: importing
+    ``spacy.lang.en.stop_words`` imports all of spaCy, seconds for one set of words."""
+    spec = importlib.util.find_spec("spacy")  # locates the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("spaCy is not installed (pip install spacy): DRAGIN's stopword list comes from it")
+    path = Path(next(iter(spec.submodule_search_locations))) / "lang" / "en" / "stop_words.py"
+    namespace: dict = {}
+    exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)  # a plain list of words
+    return frozenset(namespace["STOP_WORDS"])
+
+
+STOP_WORDS = _spacy_stop_words()
+WordAgg = Literal["mean", "max", "sum"]
+
+
+def is_content_word(word: str) -> bool:
+    """``s_i``: 1 for a word with a letter or digit that is not on spaCy's English stopword list."""
+    w = word.strip().strip(".,;:!?\"'()[]{}").lower()
+    return bool(w) and any(c.isalnum() for c in w) and w not in STOP_WORDS
+
+
+def group_words(pieces: list[str]) -> list[list[int]]:
+    """Token indices grouped into words. A piece starts a new word when it begins with white space, or when
+    punctuation meets a letter/digit across the boundary (so "Paris." is two words: "Paris", ".")."""
+    words: list[list[int]] = []
+    for i, piece in enumerate(pieces):
+        if not words or not piece or piece[0].isspace():
+            words.append([i])
+            continue
+        prev = pieces[i - 1]
+        if not prev or prev[-1].isalnum() != piece[0].isalnum():
+            words.append([i])
+        else:
+            words[-1].append(i)
+    return words
+
+
+def a_max(rows: list[torch.Tensor], prompt_len: int, n: int | None = None) -> torch.Tensor:
+    """``a_max(i) = max_{j>i} rows[j][prompt_len + i]`` for generated tokens i < n; 0 where no later row exists.
+
+    ``rows[j]`` is the attention row of generated token j over positions ``0 .. prompt_len + j``.
+    """
+    n = len(rows) if n is None else n
+    out = torch.zeros(n)
+    for j in range(1, len(rows)):
+        upto = min(j, n)
+        if upto:
+            out[:upto] = torch.maximum(out[:upto], rows[j][prompt_len:prompt_len + upto])
+    return out
+
+
+def a_max_reference(rows: list[torch.Tensor], prompt_len: int, n: int | None = None) -> torch.Tensor:
+    """The reference code's attention per generated token: per head ``max_{j>=i} rows[j][h, prompt_len + i]`` (the
+    token's own row included), then the mean over heads; 0 where no row covers the token.
+
+    ``rows[j]`` is generated token j's row per head, shape (H, prompt_len + j + 1). The reference takes this max
+    over a second forward pass of the generated text alone; here the rows come from generation itself, so each row's
+    softmax also covers the prompt (the columns read are the generated ones only).
+    """
+    n = len(rows) if n is None else n
+    if not rows:
+        return torch.zeros(n)
+    per_head = torch.zeros(rows[0].shape[0], n)
+    for j, row in enumerate(rows):
+        upto = min(j + 1, n)
+        per_head[:, :upto] = torch.maximum(per_head[:, :upto], row[:, prompt_len:prompt_len + upto])
+    return per_head.mean(dim=0)
+
+
+def _agg(values: list[float], how: WordAgg) -> float:
+    if how == "mean":
+        return sum(values) / len(values)
+    if how == "max":
+        return max(values)
+    return sum(values)
+
+
+@dataclass
+class WordScore:
+    word: str
+    tokens: list[int]  # generated-token indices
+    entropy: float
+    attention: float
+    content: bool
+
+    @property
+    def score(self) -> float:
+        return self.entropy * self.attention * float(self.content)
+
+    @property
+    def unfiltered_score(self) -> float:
+        """``H · a`` without the stopword indicator (the reference thresholds this, then filters)."""
+        return self.entropy * self.attention
+
+
+def rind_word_scores(pieces: list[str], entropies: list[float], amax: torch.Tensor, *,
+                     entropy_agg: WordAgg = "mean", attention_agg: WordAgg = "sum") -> list[WordScore]:
+    """RIND per word. Defaults follow the reference code: entropy averaged, attention summed over pieces."""
+    scores = []
+    for idx in group_words(pieces):
+        word = "".join(pieces[i] for i in idx).strip()
+        scores.append(WordScore(word, idx, _agg([entropies[i] for i in idx], entropy_agg),
+                                _agg([float(amax[i]) for i in idx], attention_agg), is_content_word(word)))
+    return scores
+
+
+def renormalise_like_reference(scores: list[WordScore], sentence_of_word: list[int]) -> list[WordScore]:
+    """The reference code's variant (not in the paper): within each sentence, attention is renormalised to sum
+    to 1 and multiplied by the sentence's word count. Kept as a switch (``rind_normalisation: reference``)."""
+    out = list(scores)
+    for sent in sorted(set(sentence_of_word)):
+        members = [i for i, s in enumerate(sentence_of_word) if s == sent]
+        total = sum(scores[i].attention for i in members)
+        for i in members:
+            att = scores[i].attention / total * len(members) if total > 0 else 0.0
+            out[i] = WordScore(scores[i].word, scores[i].tokens, scores[i].entropy, att, scores[i].content)
+    return out
+
+
+def qfs_query(row: torch.Tensor, pieces: list[str], eligible: list[bool], top_n: int) -> str:
+    """Query Formulation based on Self-attention: the ``top_n`` words that the triggering token attends to most
+    (attention summed over a word's pieces), restricted to eligible positions (question and generated text;
+    not few-shot demos or template), stopwords and punctuation excluded, joined in their original order.
+
+    ``row``, ``pieces`` and ``eligible`` are aligned over all positions preceding the triggering token.
+    """
+    if not (len(row) == len(pieces) == len(eligible)):
+        raise ValueError(f"row ({len(row)}), pieces ({len(pieces)}) and eligible ({len(eligible)}) must align")
+    candidates = []
+    for idx in group_words(pieces):
+        word = "".join(pieces[i] for i in idx).strip()
+        if all(eligible[i] for i in idx) and is_content_word(word):
+            candidates.append((float(sum(row[i] for i in idx)), idx[0], word))
+    best = sorted(candidates, key=lambda c: -c[0])[:top_n]
+    return " ".join(word for _, _, word in sorted(best, key=lambda c: c[1]))
+
+
+def qfs_query_reference(rows_before: list[list[torch.Tensor]], hit_starts: list[int], pieces: list[str],
+                        eligible: list[bool], exclude: set[int], top_n: int) -> str:
+    """QFS as the reference code computes it (``keep_real_words``): for each hit word starting at position ``r0``
+    and each of its tokens i, the attention row of position i-1 over positions before ``r0`` (eligible ones only,
+    renormalised to sum 1), averaged over the word's tokens; those averaged over the hit words; a candidate word's
+    weight is the sum over its tokens. The ``top_n`` heaviest content words, hit words (positions in ``exclude``)
+    left out, joined in text order.
+
+    ``rows_before[h][t]`` is the (head-averaged) row of the position before token t of hit word h, over at least
+    ``hit_starts[h]`` positions; ``pieces`` and ``eligible`` cover every position that may fill the query (the
+    reference's text runs to the end of the triggering sentence; words after the hits weigh 0).
+    """
+    if len(pieces) != len(eligible):
+        raise ValueError(f"pieces ({len(pieces)}) and eligible ({len(eligible)}) must align")
+    if not rows_before or len(rows_before) != len(hit_starts):
+        raise ValueError("QFS needs at least one hit word, and one list of rows per hit word")
+    mask = torch.tensor(eligible, dtype=torch.float32)
+    weight = torch.zeros(len(pieces))
+    for rows, r0 in zip(rows_before, hit_starts):
+        word = torch.zeros(len(pieces))
+        for row in rows:
+            v = row[:r0].float() * mask[:r0]
+            if float(v.sum()) > 0:
+                word[:r0] += v / v.sum()
+        weight += word / max(1, len(rows))
+    weight /= len(rows_before)
+    candidates = []
+    for idx in group_words(pieces):
+        text = "".join(pieces[i] for i in idx).strip()
+        if all(eligible[i] for i in idx) and not exclude.intersection(idx) and is_content_word(text):
+            candidates.append((float(weight[idx].sum()), idx[0], text))
+    best = sorted(candidates, key=lambda c: -c[0])[:top_n]
+    return " ".join(word for _, _, word in sorted(best, key=lambda c: c[1]))
+
+
+def flare_masked_query(pieces: list[str], probs: list[float], mask_prob: float) -> str:
+    """FLARE's query: the tentative sentence with every token of probability ≤ ``mask_prob`` replaced by a space
+    (jzbjyb/FLARE ``use_as_query``, ``mask_method="simple"``), so the pieces on either side never fuse into one
+    word; runs of white space collapse to one."""
+    return " ".join("".join(p if q > mask_prob else " " for p, q in zip(pieces, probs)).split())
+
+
+def round_word_signals(view, cfg) -> list[WordScore]:
+    """RIND's per-word entropy, attention and stopword flag for one round (a
+    :class:`inference.dynamic_rag.round_view.RoundView`):
+    attention per ``cfg.rind_attention``, renormalised per ``cfg.rind_normalisation``, words aggregated per
+    ``cfg.entropy_agg`` / ``cfg.attention_agg``. The RIND trigger decides from them; the trace view shows them."""
+    n, prompt_len = len(view.pieces), len(view.prompt_pieces)
+    if not view.rows:
+        attention = torch.zeros(n)
+    elif cfg.rind_attention == "reference":
+        if view.rows[0].dim() != 2:
+            raise ValueError("rind_attention 'reference' needs attention rows kept per head")
+        attention = a_max_reference(view.rows, prompt_len, n)
+    else:
+        attention = a_max([view.row(j) for j in range(len(view.rows))], prompt_len, n)
+    words = rind_word_scores(view.pieces, view.entropies, attention, entropy_agg=cfg.entropy_agg,
+                             attention_agg=cfg.attention_agg)
+    if cfg.rind_normalisation == "reference":
+        words = renormalise_like_reference(words, [view.sentence_start(w.tokens[0]) for w in words])
+    return words

@@ -1,0 +1,59 @@
+"""DRAGIN's RIND: retrieve when a word's entropy × the attention later tokens pay it (× s_i) exceeds θ.
+
+The knobs that differ between the paper's reading and the authors' code are filled by ``dragin_profile``
+(inference/dynamic_rag/methods.py, PROFILES)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from inference.dynamic_rag import signals
+from inference.dynamic_rag.round_view import Event, RoundView, keep_before
+from inference.dynamic_rag.triggers import Trigger, register_trigger
+
+
+@register_trigger("rind")
+class Rind(Trigger):
+    judges_content = True
+
+    @dataclass
+    class Knobs:
+        # RIND's θ. 0.8 is the reference's HotpotQA value for Llama2-7b-chat (SPEC.md) and belongs to the reference's
+        # scale (rind_normalisation reference: attention renormalised per sentence × its word count, so a typical
+        # word has a ≈ 1); on the paper's scale (raw a_max, mostly ≤ 0.1 on SmolLM2) the same θ fires far less.
+        theta: float = 0.8
+        rind_attention: Literal["paper", "reference"] | None = None  # None: the dragin_profile's
+        rind_normalisation: Literal["paper", "reference"] | None = None  # None: the dragin_profile's
+        content_filter: Literal["score", "after_threshold"] | None = None  # None: the dragin_profile's
+        rind_scope: Literal["sentence", "round"] | None = None  # None: the dragin_profile's
+        entropy_agg: signals.WordAgg = "mean"  # over a word's pieces (reference: mean)
+        attention_agg: signals.WordAgg = "sum"  # over a word's pieces (reference: sum)
+
+    def needs(self, cfg, head_reduce: str) -> frozenset[str]:
+        # the reference takes the max over rows per head before averaging heads: rows must be kept per head
+        return frozenset({"attention"} | ({"attention_per_head"} if cfg.rind_attention == "reference" else set()))
+
+    def check(self, view: RoundView, cfg, *, final: bool) -> Event | None:
+        if cfg.rind_scope == "round":  # the reference judges a whole round once it has ended
+            protected = view.protected_end() if cfg.keep_sentence_after_retrieval else 0
+            return _event(view, cfg, protected) if final else None
+        return _event(view, cfg, view.first_unchecked(cfg.keep_sentence_after_retrieval))
+
+
+def _event(view: RoundView, cfg, start: int) -> Event | None:
+    words = [w for w in signals.round_word_signals(view, cfg) if w.tokens[0] >= start]
+    if cfg.content_filter == "score":  # the paper: s_i is a factor of the score
+        first = next((w for w in words if w.score > cfg.theta), None)
+        return None if first is None else Event(first.tokens[0], first.score, keep_before(view, first.tokens[0], cfg),
+                                                hits=[first.tokens])
+    # The reference: H·a above θ fires, stopword or not; the hits are every such word of that sentence, and the
+    # content-word filter only chooses which of them QFS reads.
+    first = next((w for w in words if w.unfiltered_score > cfg.theta), None)
+    if first is None:
+        return None
+    sentence = view.sentence_start(first.tokens[0])
+    hits = [w for w in words if w.unfiltered_score > cfg.theta and view.sentence_start(w.tokens[0]) == sentence]
+    content = [w for w in hits if w.content]
+    return Event(first.tokens[0], first.unfiltered_score, keep_before(view, first.tokens[0], cfg),
+                 hits=[w.tokens for w in content or hits], stopword_hits=not content)

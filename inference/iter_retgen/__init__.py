@@ -1,0 +1,1 @@
+"""Iter-RetGen: iterate retrieval and generation (loop.py) with its prompts."""

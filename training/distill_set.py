@@ -1,0 +1,235 @@
+"""Distillation data for Iter-RetGen's generation-augmented retrieval adaptation.
+
+For each training question: run Iter-RetGen's iteration 1 (``top_k`` paragraphs in its prompt) to get y1; retrieve
+``num_candidates`` paragraphs with the current dense retriever (the pool the teacher re-ranks and the student learns
+to rank); score each with the re-ranker, which sees the question AND y1. Writes:
+
+    OUT/rows.jsonl      one row per finished question (data_builders.distill_schema), appended per batch: the
+                       resume log (adaptive_rag.plumbing.record_log.RecordLog)
+    OUT/dataset/       DatasetDict(train, validation): question_id, question, answers, gold_ids, y1, y1_answer,
+                       candidate_ids, candidate_positions (rows of the index), teacher_scores, retriever_scores
+    OUT/stats.json     counts, teacher/retriever quality on gold passages, source hashes, wall times
+    OUT/config.yaml    the resolved configuration
+
+    python -m training.distill_set retrieval_adapt/configs/data_world.yaml
+    python -m training.distill_set retrieval_adapt/configs/data_world.yaml --limit 20 --out runs/tmp
+
+Resumable: a rerun with the same OUT skips the question ids already in rows.jsonl (a row half-written when a
+run died is dropped and redone). Changing a setting that changes the rows requires a fresh OUT
+(:func:`~adaptive_rag.plumbing.record_log.check_same_settings`); ``start`` and ``limit`` may change.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from tqdm.auto import tqdm
+
+from adaptive_rag.plumbing.atomic_files import atomic_folder, write_text_atomic
+from adaptive_rag.plumbing.config import config_dict, parse_config, run_cli, save_config
+from adaptive_rag.plumbing.record_log import FolderLock, RecordLog, check_same_settings
+from adaptive_rag.plumbing.records import QAExample
+from adaptive_rag.plumbing.retriever import join_query
+from adaptive_rag.plumbing.wandb_logging import check_report_to, log_run
+from data_builders.distill_schema import check_row, to_dataset_dict
+from data_builders.question_loader import QuestionsConfig, file_hash, load_questions, source_hash
+from inference.iter_retgen.loop import IterRetGen, IterRetGenConfig, LMGenerator
+from inference.iter_retgen.prompts import PromptStyle
+from retrieval_adapt.dense import DenseRetriever
+from retrieval_adapt.rerankers import LLMReranker, RerankItem, build_reranker
+
+logger = logging.getLogger(__name__)
+
+# Fields that change speed, not content, or only which questions run: a resumed run may change them.
+RUNTIME_FIELDS = frozenset({"gen_batch_size", "rerank_batch_size", "batch_size", "show_progress", "report_to",
+                            "start", "limit"})
+
+
+@dataclass
+class RetrievalAdaptDataConfig:
+    # Retriever whose query encoder will be adapted (an index folder built by retrieval_adapt.build_index)
+    index_dir: str = "runs/index/world-minilm"
+    query_encoder: str | None = None  # None: the index's own encoder
+    # The candidate pool per question: what the teacher re-ranks and the student learns to rank (not top_k, the
+    # paragraphs in y1's prompt). Paper: not published; 20-32 keeps the LLM re-ranker affordable on CPU.
+    num_candidates: int = field(default=24, metadata={
+        "help": "candidate paragraphs per question that the re-ranker scores and distillation ranks (the pool, not "
+                "top_k)"})
+    candidate_query: Literal["question", "question_y1"] = "question"  # what retrieves the candidates
+    # Generator of y1 (Iter-RetGen iteration 1)
+    generator: str = "smollm2-135m"
+    prompt_style: PromptStyle = "chat"
+    top_k: int = 5  # paragraphs retrieved for y1's generation prompt (paper: 5)
+    max_new_tokens: int = 32
+    gen_batch_size: int = 16
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    # Re-ranker (teacher)
+    reranker: Literal["llm", "cross_encoder"] = "llm"
+    reranker_model: str = "smollm2-135m"  # a cross-encoder: hub id or path (e.g. a TART/MS MARCO model)
+    llm_score: Literal["answer_logprob", "yes_logprob"] = "answer_logprob"
+    reranker_uses_y1: bool = True  # the paper's point: the re-ranker sees y1
+    rerank_batch_size: int = 16
+    # Output
+    out: str = "runs/retrieval_adapt/world-data"
+    validation_fraction: float = 0.1  # paper: 9k train / 1k validation
+    split_seed: int = 0
+    batch_size: int = 16  # questions per resumable chunk
+    show_progress: bool = True
+    report_to: str = "none"  # wandb: log the resolved config and stats (offline without an API key)
+
+    RENAMED: ClassVar[dict[str, str]] = {"k": "top_k (paragraphs retrieved for y1's prompt)"}
+
+    def __post_init__(self) -> None:
+        if self.num_candidates < 2:
+            raise ValueError(f"num_candidates must be >= 2 (a distribution needs two), got {self.num_candidates}")
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise ValueError(f"validation_fraction must be in [0, 1), got {self.validation_fraction}")
+        check_report_to(self.report_to)
+        for name in ("top_k", "max_new_tokens", "gen_batch_size", "rerank_batch_size", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+def candidate_rows(examples: list[QAExample], y1s: list[str], y1_answers: list[str], retriever, reranker,
+                   cfg: RetrievalAdaptDataConfig, position: dict[str, int]) -> list[dict]:
+    """Candidates (retrieved with q or y1+q), their re-ranker scores, and provenance, one row per question."""
+    queries = [ex.question if cfg.candidate_query == "question" else join_query(ex.question, y)
+               for ex, y in zip(examples, y1s)]
+    hits = retriever.search(queries, cfg.num_candidates)
+    items = [RerankItem(ex.question, y, [h.passage for h in row], list(ex.answers))
+             for ex, y, row in zip(examples, y1s, hits)]
+    teacher = reranker.score_batch(items)
+    return [{
+        "question_id": ex.id, "question": ex.question, "answers": list(ex.answers),
+        "gold_ids": [p.id for p in ex.gold_passages], "y1": y, "y1_answer": ya,
+        "candidate_ids": [h.passage.id for h in row], "candidate_positions": [position[h.passage.id] for h in row],
+        "teacher_scores": scores, "retriever_scores": [h.score for h in row],
+    } for ex, y, ya, row, scores in zip(examples, y1s, y1_answers, hits, teacher)]
+
+
+def row_log(out: Path) -> RecordLog:
+    """``rows.jsonl``: one row per finished question, every row checked against the schema."""
+    return RecordLog(out / "rows.jsonl", key="question_id", check=check_row)
+
+
+def check_resume(out: Path, cfg: RetrievalAdaptDataConfig, qcfg: QuestionsConfig) -> None:
+    """Refuse to append to rows made with different content settings."""
+    if (out / "rows.jsonl").is_file():
+        check_same_settings(out / "config.yaml", config_dict(qcfg, cfg), RUNTIME_FIELDS, what="rows")
+
+
+def _entropy(scores: list[float]) -> float:
+    m = max(scores)
+    exp = [math.exp(s - m) for s in scores]
+    z = sum(exp)
+    return -sum(e / z * math.log(e / z) for e in exp if e > 0)
+
+
+def row_stats(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """How good the candidates and the teacher are, measured on gold passages where the data has them.
+
+    ``gold_in_candidates``: share of gold passages among the candidates; ``teacher_top1_gold`` /
+    ``retriever_top1_gold``: share of questions whose top candidate by the re-ranker / by the retriever is gold;
+    ``teacher_entropy``: mean entropy (nats) of softmax(teacher scores) at temperature 1.
+    """
+    n = len(rows)
+    with_gold = [r for r in rows if r["gold_ids"]]
+
+    def top1_gold(r: dict[str, Any], col: str) -> float:
+        best = max(range(len(r[col])), key=lambda i: r[col][i])
+        return float(r["candidate_ids"][best] in set(r["gold_ids"]))
+
+    out: dict[str, float] = {"n_questions": n,
+                             "mean_candidates": sum(len(r["candidate_ids"]) for r in rows) / max(n, 1),
+                             "teacher_entropy": sum(_entropy(r["teacher_scores"]) for r in rows) / max(n, 1)}
+    if with_gold:
+        g = len(with_gold)
+        out["gold_in_candidates"] = sum(len(set(r["gold_ids"]) & set(r["candidate_ids"])) / len(r["gold_ids"])
+                                        for r in with_gold) / g
+        out["teacher_top1_gold"] = sum(top1_gold(r, "teacher_scores") for r in with_gold) / g
+        out["retriever_top1_gold"] = sum(top1_gold(r, "retriever_scores") for r in with_gold) / g
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in out.items()}
+
+
+def _load_models(cfg: RetrievalAdaptDataConfig):
+    retriever = DenseRetriever.load(cfg.index_dir, query_encoder=cfg.query_encoder)
+    generator = LMGenerator.from_name(cfg.generator, dtype=cfg.dtype, max_new_tokens=cfg.max_new_tokens,
+                                      batch_size=cfg.gen_batch_size)
+    if cfg.reranker == "llm" and cfg.reranker_model == cfg.generator:  # one copy of the model is enough
+        reranker = LLMReranker(generator.model, generator.tokenizer, mode=cfg.llm_score,
+                               use_y1=cfg.reranker_uses_y1, batch_size=cfg.rerank_batch_size)
+    else:
+        reranker = build_reranker(cfg.reranker, cfg.reranker_model, mode=cfg.llm_score, use_y1=cfg.reranker_uses_y1,
+                                  batch_size=cfg.rerank_batch_size, dtype=cfg.dtype)
+    loop_cfg = IterRetGenConfig(iterations=1, top_k=cfg.top_k, prompt_style=cfg.prompt_style)
+    loop = IterRetGen(retriever, generator, loop_cfg)
+    return retriever, loop, reranker
+
+
+def build(qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, *, models=None):
+    """Run (or resume) the builder; ``models`` = (retriever, IterRetGen loop, reranker) injects test doubles.
+    The output folder is locked for the run: a second builder on it fails at once instead of mixing its rows in."""
+    out = Path(cfg.out)
+    with FolderLock(out):
+        return _build(out, qcfg, cfg, models)
+
+
+def _build(out: Path, qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, models):
+    check_resume(out, cfg, qcfg)
+    save_config(out / "config.yaml", qcfg, cfg)
+    examples = load_questions(qcfg.question_set(), fmt=qcfg.dataset_format, world=qcfg.world())
+    log = row_log(out)
+    done = log.keys()
+    todo = [ex for ex in examples if ex.id not in done]
+    logger.info("%d questions, %d already done, %d to build", len(examples), len(examples) - len(todo), len(todo))
+    timings = {"generate_s": 0.0, "rerank_s": 0.0}
+    if todo:
+        retriever, loop, reranker = models or _load_models(cfg)
+        position = {p.id: i for i, p in enumerate(retriever.passages)}  # candidate id -> row of embeddings.npy
+        batches = range(0, len(todo), cfg.batch_size)
+        for s in tqdm(batches, desc="questions", unit="batch", disable=not cfg.show_progress,
+                      total=math.ceil(len(todo) / cfg.batch_size)):
+            chunk = todo[s:s + cfg.batch_size]
+            t0 = time.perf_counter()
+            first = [rec.iterations[0] for rec in loop.run(chunk)]
+            t1 = time.perf_counter()
+            rows = candidate_rows(chunk, [it.output for it in first], [it.answer for it in first], retriever,
+                                  reranker, cfg, position)
+            timings["generate_s"] += t1 - t0
+            timings["rerank_s"] += time.perf_counter() - t1
+            log.append(rows)  # a finished batch survives any later crash
+    wanted = {ex.id for ex in examples}
+    rows = [r for r in log.read() if r["question_id"] in wanted]
+    dataset = to_dataset_dict(rows, cfg.validation_fraction, cfg.split_seed)
+    # Written beside and renamed into place: a kill mid-save never leaves a dataset/ that loads half.
+    with atomic_folder(out / "dataset") as tmp:
+        dataset.save_to_disk(str(tmp))
+    stats = {**row_stats(rows), "n_train": len(dataset["train"]), "n_validation": len(dataset["validation"]),
+             "built_this_run": len(todo), "questions_sha256": source_hash(qcfg.question_set(), qcfg.world()),
+             "index_passages_sha256": file_hash(Path(cfg.index_dir) / "passages.jsonl"),
+             **{f"this_run_{k}": round(v, 2) for k, v in timings.items()}}
+    write_text_atomic(out / "stats.json", json.dumps(stats, indent=2) + "\n")
+    return dataset, stats
+
+
+def main(argv: list[str] | None = None) -> None:
+    qcfg, cfg = parse_config((QuestionsConfig, RetrievalAdaptDataConfig), argv,
+                             prog="python -m training.distill_set")
+    start = time.perf_counter()
+    _, stats = build(qcfg, cfg)
+    print(json.dumps(stats, indent=2))
+    log_run(cfg.report_to, job="retrieval-adapt-data", name=Path(cfg.out).name, config=config_dict(qcfg, cfg),
+            metrics=stats)
+    print(f"wrote {cfg.out}/dataset in {time.perf_counter() - start:.1f}s")
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    sys.exit(run_cli(main))
