@@ -15,9 +15,10 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from adaptive_rag.lm.generation import Generator, LMGenerator
+from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.progress import bar_options
 from adaptive_rag.plumbing.record_log import FolderLock, RecordLog
-from adaptive_rag.plumbing.records import DataError, QAExample
+from adaptive_rag.plumbing.records import QAExample
 from data_builders.adapt_llm_prompts import PromptVariant, never_retrieve_prompt, response_text
 
 logger = logging.getLogger(__name__)

@@ -44,12 +44,14 @@ from datasets import Dataset, DatasetDict, Features, Value, load_from_disk
 
 from adaptive_rag.plumbing.atomic_files import atomic_folder, write_text_atomic
 from adaptive_rag.plumbing.cards import check_repo_id, push_to_hub, write_dataset_card
-from adaptive_rag.plumbing.config import parse_config, run_cli, save_config
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.config import parse_config, save_config
+from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.metrics import contained_accuracy, exact_match
 from adaptive_rag.plumbing.progress import library_bars_quiet
 from adaptive_rag.plumbing.question_set import QuestionSet
 from adaptive_rag.plumbing.record_log import FolderLock
-from adaptive_rag.plumbing.records import DataError, QAExample
+from adaptive_rag.plumbing.records import QAExample
 from data_builders.adapt_closed_book import ClosedBookFn, answer_closed_book, model_closed_book_fn
 from data_builders.adapt_llm_prompts import (
     RET_TOKEN,

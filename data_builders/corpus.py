@@ -15,8 +15,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from adaptive_rag.plumbing.config import OneLineArgumentParser
-from adaptive_rag.plumbing.records import DataError, Passage, QAExample
+from adaptive_rag.plumbing.cli import OneLineArgumentParser
+from adaptive_rag.plumbing.errors import DataError
+from adaptive_rag.plumbing.records import Passage, QAExample
 from data_builders.readers import CORPUS_FORMATS, QA_FORMATS, read_corpus, write_passages_jsonl
 from data_builders.source_files import make_passage, norm_ws
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from datasets import Dataset, DatasetDict
 
-from adaptive_rag.plumbing.records import DataError
+from adaptive_rag.plumbing.errors import DataError
 
 # Per-candidate columns: all of one row's lists must be as long as its candidate_ids.
 CANDIDATE_COLUMNS = ("candidate_ids", "candidate_positions", "teacher_scores", "retriever_scores")

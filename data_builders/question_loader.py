@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from adaptive_rag.plumbing.config import ConfigError
+from adaptive_rag.plumbing.errors import ConfigError, DataError
 from adaptive_rag.plumbing.question_set import WORLD_SETS, QuestionSet, is_embedded
-from adaptive_rag.plumbing.records import DataError, QAExample
+from adaptive_rag.plumbing.records import QAExample
 from data_builders.adapt_world import world_sample, world_split
 from data_builders.readers import read_qa
 from data_builders.world import WorldConfig, build_world

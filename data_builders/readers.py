@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from adaptive_rag.plumbing.records import DataError, Passage, QAExample
+from adaptive_rag.plumbing.errors import DataError
+from adaptive_rag.plumbing.records import Passage, QAExample
 from data_builders import readers_processed as proc
 from data_builders import readers_release as rel
 from data_builders.readers_hf import read_hf_qa

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from adaptive_rag.plumbing.records import DataError, QAExample
+from adaptive_rag.plumbing.errors import DataError
+from adaptive_rag.plumbing.records import QAExample
 from data_builders.source_files import (
     Loc,
     Parsed,

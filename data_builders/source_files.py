@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adaptive_rag.plumbing.records import DataError, Passage, QAExample
+from adaptive_rag.plumbing.errors import DataError
+from adaptive_rag.plumbing.records import Passage, QAExample
 
 logger = logging.getLogger(__name__)
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import bm25s
 import Stemmer
 
+from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.progress import show_inner_progress
-from adaptive_rag.plumbing.records import DataError, Passage
+from adaptive_rag.plumbing.records import Passage
 from adaptive_rag.plumbing.retriever import Hit
 from retrieval_adapt.corpus_store import damaged, index_writer, load_meta, load_passages, save_store
 

@@ -17,8 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from adaptive_rag.plumbing.config import parse_config, run_cli, save_config
-from adaptive_rag.plumbing.records import DataError
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.config import parse_config, save_config
+from adaptive_rag.plumbing.errors import DataError
 from data_builders.readers import read_corpus
 from data_builders.world import WorldConfig, build_world
 from retrieval_adapt.bm25 import BM25Retriever

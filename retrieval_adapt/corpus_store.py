@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from adaptive_rag.plumbing.atomic_files import atomic_folder, old_path, recover
+from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.record_log import FolderLock
-from adaptive_rag.plumbing.records import DataError, Passage
+from adaptive_rag.plumbing.records import Passage
 from data_builders.readers import read_passages_jsonl, write_passages_jsonl
 
 META = "meta.json"

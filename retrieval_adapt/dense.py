@@ -15,7 +15,8 @@ import faiss
 import numpy as np
 import torch
 
-from adaptive_rag.plumbing.records import DataError, Passage
+from adaptive_rag.plumbing.errors import DataError
+from adaptive_rag.plumbing.records import Passage
 from adaptive_rag.plumbing.retriever import Hit
 from retrieval_adapt.corpus_store import damaged, index_writer, load_meta, load_passages, save_store
 from retrieval_adapt.encoders import MeanPoolingEncoder

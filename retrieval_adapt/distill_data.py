@@ -10,8 +10,8 @@ from typing import Literal
 
 import torch
 
+from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.metrics import normalize_answer
-from adaptive_rag.plumbing.records import DataError
 from adaptive_rag.plumbing.retriever import join_query
 from retrieval_adapt.dense import DenseRetriever
 

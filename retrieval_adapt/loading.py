@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adaptive_rag.plumbing.config import ConfigError
+from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.retriever import Retriever
 from retrieval_adapt.bm25 import BM25Retriever
 from retrieval_adapt.corpus_store import damaged, load_meta

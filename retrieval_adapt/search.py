@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from adaptive_rag.plumbing.config import run_cli
+from adaptive_rag.plumbing.cli import run_cli
 from retrieval_adapt.loading import load_retriever
 
 

@@ -185,7 +185,7 @@ def test_end_to_end_real_smollm2(tmp_path, capsys):
         "max_passage_words": 40, "output_dir": str(tmp_path / "model"), "micro_batch_size": 4,
         "effective_batch_size": 4, "max_steps": 1, "max_length": 192, "warmup_steps": 0, "eval_steps": None,
         "eval_limit": 4, "eval_max_new_tokens": 6}))
-    from adaptive_rag.plumbing.config import run_cli
+    from adaptive_rag.plumbing.cli import run_cli
 
     assert run_cli(script.main, argv=[str(config)]) == 0
     stats = json.loads((tmp_path / "data" / "stats.json").read_text())

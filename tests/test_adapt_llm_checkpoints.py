@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from adaptive_rag.plumbing.config import ConfigError
+from adaptive_rag.plumbing.errors import ConfigError
 from training.adapt_llm_checkpoints import (
     check_resumable,
     checkpoint_complete,

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from adaptive_rag.plumbing.config import ConfigError, run_cli
-from adaptive_rag.plumbing.records import DataError, Passage, QAExample
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.errors import ConfigError, DataError
+from adaptive_rag.plumbing.records import Passage, QAExample
 from data_builders import adapt_closed_book
 from data_builders.adapt_llm import (
     AdaptDataConfig,

@@ -16,7 +16,9 @@ from conftest import bos_tokenizer
 from datasets import Dataset, DatasetDict
 
 from adaptive_rag.lm.models import load_tokenizer
-from adaptive_rag.plumbing.config import ConfigError, parse_config, run_cli
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.config import parse_config
+from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.records import Passage, QAExample
 from data_builders.adapt_llm import COLUMNS, AdaptDataConfig, build_adapt_dataset
 from data_builders.adapt_llm_prompts import parametric_prompt

@@ -21,7 +21,7 @@ from adaptive_rag.plumbing.cards import (
     write_adapter_card,
     write_dataset_card,
 )
-from adaptive_rag.plumbing.config import run_cli
+from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.records import Passage
 from data_builders.adapt_llm import AdaptDataConfig, load_adapt_dataset, save_dataset
 

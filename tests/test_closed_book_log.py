@@ -12,8 +12,9 @@ import sys
 
 import pytest
 
+from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.record_log import FolderInUseError
-from adaptive_rag.plumbing.records import DataError, QAExample
+from adaptive_rag.plumbing.records import QAExample
 from data_builders.adapt_closed_book import answer_closed_book, read_answers
 
 WHO = {"model": "m", "prompt_variant": "paper", "max_new_tokens": 4}

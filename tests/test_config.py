@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from adaptive_rag.plumbing.config import ConfigError, parse_config, run_cli
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.config import parse_config
+from adaptive_rag.plumbing.errors import ConfigError
 from retrieval_adapt.build_index import IndexConfig
 
 ROOT = Path(__file__).resolve().parents[1]

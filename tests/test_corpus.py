@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from adaptive_rag.plumbing.records import DataError, Passage, QAExample
+from adaptive_rag.plumbing.errors import DataError
+from adaptive_rag.plumbing.records import Passage, QAExample
 from data_builders.corpus import (
     SHARED_CORPUS_INPUTS,
     main,

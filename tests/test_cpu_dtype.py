@@ -9,7 +9,7 @@ import torch
 from adaptive_rag.lm import cpu_dtype
 from adaptive_rag.lm.cpu_dtype import ProbeResult, bf16_flags, decide
 from adaptive_rag.lm.models import resolve_dtype
-from adaptive_rag.plumbing.config import ConfigError
+from adaptive_rag.plumbing.errors import ConfigError
 
 ZEN4 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\nbugs\t\t: none\n"
 SAPPHIRE = "flags\t\t: avx2 avx512f amx_bf16 amx_tile\n"

@@ -13,7 +13,8 @@ import pytest
 import torch
 import yaml
 
-from adaptive_rag.plumbing.records import DataError, Passage
+from adaptive_rag.plumbing.errors import DataError
+from adaptive_rag.plumbing.records import Passage
 from data_builders.distill_schema import to_dataset_dict
 from retrieval_adapt.dense import DenseRetriever
 from retrieval_adapt.distill import DistillConfig, train
@@ -295,7 +296,7 @@ def test_locked_output_folder_fails_in_one_line_and_stale_lock_is_taken_over(set
     import subprocess
     import sys
 
-    from adaptive_rag.plumbing.config import run_cli
+    from adaptive_rag.plumbing.cli import run_cli
 
     spec = importlib.util.spec_from_file_location("distill_retriever", REPO / "training" / "distill_retriever.py")
     module = importlib.util.module_from_spec(spec)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from adaptive_rag.plumbing.records import DataError, Passage, PredictionRecord, QAExample, RetrievalRecord
+from adaptive_rag.plumbing.errors import DataError
+from adaptive_rag.plumbing.records import Passage, PredictionRecord, QAExample, RetrievalRecord
 from adaptive_rag.plumbing.scoring import summarise
 from data_builders.readers import write_qa_jsonl
 from inference.commands import evaluate as ev

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import adaptive_rag.lm.models
-from adaptive_rag.plumbing.config import run_cli
+from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.records import PredictionRecord, QAExample
 from data_builders.readers import write_qa_jsonl
 from inference.commands import evaluate as ev
@@ -258,7 +258,7 @@ def test_data_parallel_processes_stop_together_on_a_locked_folder(tmp_path, live
 
 
 def test_trace_question_index_out_of_range_is_one_line(capsys, tmp_path):
-    from adaptive_rag.plumbing.config import run_cli
+    from adaptive_rag.plumbing.cli import run_cli
     from inference.commands.trace import main as trace_main
 
     out = tmp_path / "t.html"

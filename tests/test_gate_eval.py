@@ -15,7 +15,7 @@ from test_adapt_gate import GOLD, POP, SCRIPT, FakeRetriever, StubGenerator
 import adaptive_rag.lm.models
 import inference.adapt_gate.gate_eval
 import inference.commands.eval_data
-from adaptive_rag.plumbing.config import run_cli
+from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.records import QAExample
 from data_builders.readers import write_qa_jsonl
 from inference.adapt_gate.gate_eval import GateMethodConfig, inner_method

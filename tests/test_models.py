@@ -23,7 +23,8 @@ from adaptive_rag.lm.models import (
     load_tokenizer,
     resolve_model,
 )
-from adaptive_rag.plumbing import config
+from adaptive_rag.plumbing import errors
+from inference.commands.eval_checks import check_model_name
 
 
 def test_missing_local_path_fails_with_one_line(tmp_path):
@@ -63,15 +64,20 @@ def test_hub_offline_is_read_when_asked_and_shared_by_distillation(monkeypatch):
 
 def test_model_not_found_is_a_user_error_before_torch_is_imported():
     """It lives beside ConfigError, so run_cli knows it without importing the model loader (and torch)."""
-    assert models.ModelNotFoundError is config.ModelNotFoundError is gguf_convert.ModelNotFoundError
+    assert models.ModelNotFoundError is errors.ModelNotFoundError is gguf_convert.ModelNotFoundError
     assert models.cache_dir is gguf_convert.cache_dir
-    code = ("import sys; from adaptive_rag.plumbing.config import ModelNotFoundError, user_errors; "
+    code = ("import sys; from adaptive_rag.plumbing.errors import ModelNotFoundError, user_errors; "
             "assert ModelNotFoundError in user_errors() and 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
 
 
-@pytest.mark.parametrize("name", ["./nope-model", "/abs/nope-model", "a/b/nope-model", "~/nope-model-xyz"])
+@pytest.mark.parametrize("name", ["./nope-model", "/abs/nope-model", "a/b/nope-model", "~/nope-model-xyz",
+                                  "org/nope-model/", "org\\nope-model"])
 def test_missing_local_paths_say_no_such_folder(name):
+    """The loader and the checks before it read a name with one rule (adaptive_rag.lm.names): a trailing slash or a
+    backslash is a path to both, never a hub id to the loader."""
+    with pytest.raises(ModelNotFoundError, match="no such model folder"):
+        check_model_name(name)
     for load in (load_causal_lm, load_encoder, load_tokenizer):
         with pytest.raises(ModelNotFoundError, match=f"cannot load model '{re.escape(name)}': no such local folder"):
             load(name)

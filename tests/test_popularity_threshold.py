@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 import pytest
 
-from adaptive_rag.plumbing.records import DataError
+from adaptive_rag.plumbing.errors import DataError
 from inference.adapt_gate.gate import GateRecord
 from inference.commands.popularity_threshold import main, read_records, report, tune_threshold
 

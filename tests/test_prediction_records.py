@@ -13,7 +13,8 @@ import yaml
 from conftest import FakeRetriever, tiny_llama
 
 from adaptive_rag.lm.generation import LMGenerator, Prompt, chat_prompt, generate_texts, render_prompt
-from adaptive_rag.plumbing.config import ConfigError, parse_config
+from adaptive_rag.plumbing.config import parse_config
+from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.records import Passage, PredictionRecord, QAExample, RetrievalRecord
 from adaptive_rag.plumbing.scoring import summarise
 from data_builders.adapt_closed_book import model_closed_book_fn

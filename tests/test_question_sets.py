@@ -11,9 +11,11 @@ import pytest
 import yaml
 
 import data_builders.question_loader as question_sets
-from adaptive_rag.plumbing.config import ConfigError, parse_config, run_cli
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.config import parse_config
+from adaptive_rag.plumbing.errors import ConfigError, DataError
 from adaptive_rag.plumbing.question_set import QuestionSet
-from adaptive_rag.plumbing.records import DataError, QAExample
+from adaptive_rag.plumbing.records import QAExample
 from data_builders.adapt_llm import AdaptDataConfig, load_source
 from data_builders.question_loader import QuestionsConfig, WorldOptions, load_questions
 from inference.commands.eval_data import question_at

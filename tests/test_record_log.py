@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
+from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.record_log import FolderInUseError, FolderLock, RecordLog, check_same_settings
-from adaptive_rag.plumbing.records import DataError
 
 
 def test_torn_tail_inside_a_multibyte_character_is_cut(tmp_path, caplog):

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from adaptive_rag.plumbing.config import ConfigError, run_cli, save_config
-from adaptive_rag.plumbing.records import DataError, PredictionRecord
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.config import save_config
+from adaptive_rag.plumbing.errors import ConfigError, DataError
+from adaptive_rag.plumbing.records import PredictionRecord
 from adaptive_rag.plumbing.scoring import summarise
 from inference.adapt_gate.gate_eval import GateMethodConfig
 from inference.commands import report

@@ -99,7 +99,7 @@ def tiny_encoder(tmp_path_factory):
 
 
 def _build_cli(argv: list[str]) -> int:
-    from adaptive_rag.plumbing.config import run_cli
+    from adaptive_rag.plumbing.cli import run_cli
     from retrieval_adapt.build_index import main
 
     return run_cli(main, argv=argv)
@@ -133,7 +133,7 @@ def test_damaged_dense_index_is_one_clear_error(tmp_path, tiny_encoder, capsys, 
     assert load_retriever(out).search(["Quarvik"], 1)[0]
     action, name = damage.split()
     (out / name).unlink() if action == "delete" else _truncate(out / name)
-    from adaptive_rag.plumbing.config import run_cli
+    from adaptive_rag.plumbing.cli import run_cli
 
     capsys.readouterr()
     assert run_cli(search_main, argv=[str(out), "Quarvik"]) == 2
@@ -148,7 +148,7 @@ def test_damaged_files_of_an_index_without_manifest(tmp_path, tiny_encoder):
     """Folders written before the manifest existed: faiss' and numpy's errors become the same one-line error."""
     import json
 
-    from adaptive_rag.plumbing.records import DataError
+    from adaptive_rag.plumbing.errors import DataError
     from retrieval_adapt.dense import DenseRetriever
     from retrieval_adapt.encoders import MeanPoolingEncoder
 
@@ -166,7 +166,7 @@ def test_damaged_files_of_an_index_without_manifest(tmp_path, tiny_encoder):
 
 @pytest.mark.parametrize("name", ["bm25/vocab.index.json", "bm25/data.csc.index.npy", "passages.jsonl"])
 def test_damaged_bm25_index_is_one_clear_error(tmp_path, name):
-    from adaptive_rag.plumbing.records import DataError
+    from adaptive_rag.plumbing.errors import DataError
 
     BM25Retriever.build(CORPUS, show_progress=False).save(tmp_path / "b")
     _truncate(tmp_path / "b" / name)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from adaptive_rag.lm.generation import Generation
-from adaptive_rag.plumbing.config import ConfigError
+from adaptive_rag.plumbing.errors import ConfigError, DataError
 from adaptive_rag.plumbing.question_set import QuestionSet
 from adaptive_rag.plumbing.record_log import FolderInUseError
-from adaptive_rag.plumbing.records import DataError, Passage
+from adaptive_rag.plumbing.records import Passage
 from adaptive_rag.plumbing.retriever import Hit
 from data_builders.distill_schema import check_row, split_ids
 from data_builders.question_loader import QuestionsConfig, load_questions
@@ -214,7 +214,7 @@ def test_locked_output_folder_fails_in_one_line_and_stale_lock_is_taken_over(wor
     import subprocess
     import sys
 
-    from adaptive_rag.plumbing.config import run_cli
+    from adaptive_rag.plumbing.cli import run_cli
     from training.distill_set import main
 
     out = tmp_path / "d"

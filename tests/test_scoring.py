@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from adaptive_rag.plumbing.config import ConfigError, parse_config
+from adaptive_rag.plumbing.config import parse_config
+from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.records import PredictionRecord, QAExample
 from adaptive_rag.plumbing.scoring import score_record, summarise
 from data_builders.readers import write_qa_jsonl

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from adaptive_rag.plumbing.config import ConfigError, config_dict, run_cli, save_config
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.config import config_dict, save_config
+from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.records import PredictionRecord
 from inference.commands import evaluate as ev
 from inference.commands import knobs, sweep

@@ -46,7 +46,9 @@ if __package__ in (None, ""):  # run as a file: make the repository root importa
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adaptive_rag.plumbing.cards import push_to_hub, write_adapter_card  # noqa: E402
-from adaptive_rag.plumbing.config import ConfigError, parse_config, run_cli  # noqa: E402
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.config import parse_config
+from adaptive_rag.plumbing.errors import ConfigError  # noqa: E402
 from adaptive_rag.plumbing.wandb_logging import log_run  # noqa: E402
 from data_builders.adapt_llm import (  # noqa: E402
     AdaptDataConfig,

@@ -19,7 +19,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from adaptive_rag.plumbing.config import ConfigError
+from adaptive_rag.plumbing.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

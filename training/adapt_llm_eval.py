@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from adaptive_rag.lm import models
-from adaptive_rag.plumbing.config import ConfigError
+from adaptive_rag.plumbing.errors import ConfigError, DataError
 from adaptive_rag.plumbing.question_set import QuestionSet
-from adaptive_rag.plumbing.records import DataError, QAExample
+from adaptive_rag.plumbing.records import QAExample
 from data_builders.adapt_llm import AdaptDataConfig
 from data_builders.question_loader import load_questions
 from data_builders.world import WorldConfig, build_world

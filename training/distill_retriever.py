@@ -26,7 +26,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # `accelerate launch training/x.py` runs a file: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adaptive_rag.plumbing.config import parse_config, run_cli  # noqa: E402
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.config import parse_config  # noqa: E402
 from retrieval_adapt.distill import DistillConfig, train  # noqa: E402
 
 

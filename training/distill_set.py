@@ -33,7 +33,8 @@ from typing import Any, ClassVar, Literal
 from tqdm.auto import tqdm
 
 from adaptive_rag.plumbing.atomic_files import atomic_folder, write_text_atomic
-from adaptive_rag.plumbing.config import config_dict, parse_config, run_cli, save_config
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.config import config_dict, parse_config, save_config
 from adaptive_rag.plumbing.record_log import FolderLock, RecordLog, check_same_settings
 from adaptive_rag.plumbing.records import QAExample
 from adaptive_rag.plumbing.retriever import join_query

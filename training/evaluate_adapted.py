@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from adaptive_rag.plumbing.config import parse_config, run_cli, save_config
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.config import parse_config, save_config
 from data_builders.question_loader import QuestionsConfig, load_questions
 from inference.iter_retgen.loop import IterRetGen, IterRetGenConfig, LMGenerator, iteration_curve
 from inference.iter_retgen.prompts import PromptStyle

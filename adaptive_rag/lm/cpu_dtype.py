@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 
 from adaptive_rag.lm.gguf_convert import cache_dir
-from adaptive_rag.plumbing.config import ConfigError, write_atomic
+from adaptive_rag.plumbing.atomic_files import write_text_atomic
+from adaptive_rag.plumbing.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +190,7 @@ def remembered(flags: tuple[str, ...], capability: str, probe: Callable[[], Prob
         result = probe()
         with contextlib.suppress(OSError):  # a read-only cache still decides, only not durably
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, json.dumps({**(known if isinstance(known, dict) else {}),
+            write_text_atomic(path, json.dumps({**(known if isinstance(known, dict) else {}),
                                            key: dataclasses.asdict(result)}, indent=1) + "\n")
         return result
 

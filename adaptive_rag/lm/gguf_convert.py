@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from adaptive_rag.plumbing.config import ModelNotFoundError
+from adaptive_rag.plumbing.errors import ModelNotFoundError
 from adaptive_rag.plumbing.progress import interactive, library_bars_quiet
 
 logger = logging.getLogger(__name__)

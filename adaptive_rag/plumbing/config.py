@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import re
 import sys
 import typing
@@ -18,15 +17,8 @@ from typing import Any
 
 import yaml
 
-from adaptive_rag.plumbing.records import DataError
-
-
-class ConfigError(ValueError):
-    """A configuration file or override that names a field wrongly or has a bad value."""
-
-
-class ModelNotFoundError(OSError):
-    """A model name that is neither embedded, nor a local folder, nor reachable on the hub."""
+from adaptive_rag.plumbing.atomic_files import write_text_atomic
+from adaptive_rag.plumbing.errors import ConfigError
 
 
 def yaml_error_line(path: str | Path, err: yaml.YAMLError) -> str:
@@ -222,14 +214,6 @@ def _OneLineErrors(base: type) -> type:  # noqa: N802 (a class factory)
     return Parser
 
 
-class OneLineArgumentParser(argparse.ArgumentParser):
-    """An ``argparse`` parser for commands outside :func:`parse_config`: a mistake ends in one line on stderr
-    (``error: ... (see PROG --help)``, exit status 2) instead of the usage block and the error."""
-
-    def error(self, message: str):
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
-
-
 def config_dict(*configs: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for c in configs:
@@ -240,49 +224,6 @@ def config_dict(*configs: Any) -> dict[str, Any]:
 def save_config(path: str | Path, *configs: Any) -> None:
     """Write the resolved configuration (all dataclasses merged) as YAML. Written beside and then renamed, so a
     killed run never leaves a half-written file that the resume check would then fail to read."""
-    write_atomic(path, yaml.safe_dump(config_dict(*configs), sort_keys=False))
+    write_text_atomic(path, yaml.safe_dump(config_dict(*configs), sort_keys=False))
 
 
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to a file beside ``path`` and rename it over ``path``: readers see the old or the new file,
-    never half of one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-DEFAULT_RESUME_HINT = "what was written so far is kept; rerun the same command to resume"
-# Path mistakes (a file where a folder belongs, a folder without write permission) are the user's, like a
-# missing file; other OSErrors stay tracebacks.
-_PATH_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
-
-
-def run_cli(main, *, argv: list[str] | None = None, resume_hint: str = DEFAULT_RESUME_HINT) -> int:
-    """Run ``main(argv)`` and turn a user mistake into one line on stderr and exit status 2, not a traceback.
-
-    Ctrl-C ends in one line too, exit status 130: ``interrupted: `` and the interrupt's own message when ``main``
-    raised one saying what it kept, else ``resume_hint``.
-    """
-    try:
-        main(argv)
-    except KeyboardInterrupt as err:
-        print(f"interrupted: {one_line(str(err)) or resume_hint}", file=sys.stderr)
-        return 130
-    except Exception as err:
-        if not isinstance(err, user_errors()):
-            raise
-        print(f"error: {one_line(str(err))}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def user_errors() -> tuple[type[BaseException], ...]:
-    """The exceptions that are a user's mistake (``DataError`` includes FolderInUseError: a locked or mismatched
-    folder)."""
-    return (ConfigError, DataError, ModelNotFoundError, *_PATH_ERRORS)
-
-
-def one_line(text: str) -> str:
-    return " ".join(line.strip() for line in text.splitlines() if line.strip())

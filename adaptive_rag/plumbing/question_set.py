@@ -16,7 +16,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from adaptive_rag.plumbing.config import ConfigError
+from adaptive_rag.plumbing.errors import ConfigError
 
 T = TypeVar("T")
 

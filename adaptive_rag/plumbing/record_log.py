@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from adaptive_rag.plumbing.atomic_files import write_text_atomic
-from adaptive_rag.plumbing.records import DataError
+from adaptive_rag.plumbing.errors import DataError
 
 logger = logging.getLogger(__name__)
 

@@ -14,23 +14,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.metrics import extract_answer
-
-
-class DataError(ValueError):
-    """Bad input data. The message names the file, the line or record, and the field."""
-
-    def __init__(self, message: str, *, source: str | None = None, record: Any = None, field: str | None = None):
-        where = []
-        if source is not None:
-            where.append(str(source))
-        if record is not None:
-            where.append(f"record {record}")
-        if field is not None:
-            where.append(f"field '{field}'")
-        prefix = (", ".join(where) + ": ") if where else ""
-        super().__init__(prefix + message)
-        self.source, self.record, self.field = source, record, field
 
 
 @dataclass(frozen=True)

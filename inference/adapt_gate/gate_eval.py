@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
-from adaptive_rag.plumbing.config import ConfigError
-from adaptive_rag.plumbing.records import DataError, GateDecision, PredictionRecord, QAExample, RetrievalRecord
+from adaptive_rag.plumbing.errors import ConfigError, DataError
+from adaptive_rag.plumbing.records import GateDecision, PredictionRecord, QAExample, RetrievalRecord
 from data_builders.adapt_llm_prompts import RET_TOKEN, PromptVariant
 from inference.adapt_gate.gate import (
     SOURCES,

@@ -12,15 +12,10 @@ import json
 import os
 from pathlib import Path
 
-from adaptive_rag.plumbing.config import ConfigError
-from adaptive_rag.plumbing.records import DataError
+from adaptive_rag.lm.names import looks_local
+from adaptive_rag.plumbing.errors import ConfigError, DataError
 
 INDEX_KINDS = ("bm25", "dense")
-
-
-def _looks_local(name: str) -> bool:
-    """A path rather than a hub id ``org/name``: absolute, relative with ./ ../ ~, or deeper than one slash."""
-    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or name.endswith("/") or "\\" in name
 
 
 def check_model_name(name: str, flag: str = "--model") -> None:
@@ -61,7 +56,7 @@ def check_model_name(name: str, flag: str = "--model") -> None:
                                      "adapter_config.json)")
         return
     known = ", ".join(sorted({**EMBEDDED_LMS, **EMBEDDED_ENCODERS}))
-    if path.exists() or _looks_local(name):
+    if path.exists() or looks_local(name):
         raise ModelNotFoundError(f"{flag} {name}: no such model folder (embedded names: {known})")
     from huggingface_hub import is_offline_mode, try_to_load_from_cache
 

@@ -7,7 +7,7 @@ job). Every user mistake here is a :class:`ConfigError` or :class:`DataError` ra
 
 from __future__ import annotations
 
-from adaptive_rag.plumbing.config import ConfigError
+from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.question_set import QuestionSet, is_embedded
 from adaptive_rag.plumbing.records import QAExample
 from adaptive_rag.plumbing.retriever import Retriever

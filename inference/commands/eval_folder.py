@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from adaptive_rag.plumbing.config import ConfigError
+from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.record_log import FolderInUseError, FolderLock, RecordLog
 from adaptive_rag.plumbing.records import PredictionRecord
 

@@ -35,7 +35,9 @@ from typing import Any, get_args
 import yaml
 
 from adaptive_rag.lm import models
-from adaptive_rag.plumbing.config import config_dict, parse_config, run_cli, write_atomic
+from adaptive_rag.plumbing.atomic_files import write_text_atomic
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.config import config_dict, parse_config
 from adaptive_rag.plumbing.metrics import NORMALISATIONS, Normalisation
 from adaptive_rag.plumbing.progress import bar_options
 from adaptive_rag.plumbing.question_set import WORLD_SETS, QuestionSet
@@ -242,7 +244,7 @@ def evaluate_examples(examples: list[QAExample], cfg: EvalConfig, method: Method
         run = make_run() if todo else None
         if state.is_main_process:
             resolved = getattr(run, "resolved_dtype", None)  # what dtype auto chose here; not a resume check
-            write_atomic(out / "config.yaml", yaml.safe_dump({**config_dict(cfg, method, prompt, engine, gate),
+            write_text_atomic(out / "config.yaml", yaml.safe_dump({**config_dict(cfg, method, prompt, engine, gate),
                                                               **({"resolved_dtype": resolved} if resolved else {})},
                                                              sort_keys=False))
             print(f"{len(examples)} questions, {len(done)} already done, {len(todo)} to run here; output: {out}")
@@ -289,7 +291,7 @@ def write_metrics(out: Path, examples: list[QAExample], cfg: EvalConfig, method:
     metrics.update({"method": method.method, "model": cfg.model, "dataset": cfg.dataset})
     if method.method in GATE_METHODS:
         metrics["gate_inner"] = gate.gate_inner
-    write_atomic(out / "metrics.json", json.dumps(metrics, indent=2))
+    write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2))
     print(json.dumps(metrics, indent=2))
     log_run(cfg.report_to, job="evaluate", name=cfg.run_name or out.name, folder=out,
             config=yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8")), metrics=metrics,

@@ -23,8 +23,9 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from adaptive_rag.plumbing.config import OneLineArgumentParser
-from adaptive_rag.plumbing.records import DataError, PredictionRecord
+from adaptive_rag.plumbing.cli import OneLineArgumentParser
+from adaptive_rag.plumbing.errors import DataError
+from adaptive_rag.plumbing.records import PredictionRecord
 from inference.adapt_gate.gate import GateConfig, GateRecord, format_table, redecide, summarize
 from inference.adapt_gate.gate_eval import gate_record
 

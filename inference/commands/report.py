@@ -31,8 +31,10 @@ from typing import Any
 
 import yaml
 
-from adaptive_rag.plumbing.config import ConfigError, parse_config, run_cli
-from adaptive_rag.plumbing.records import DataError, PredictionRecord
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.config import parse_config
+from adaptive_rag.plumbing.errors import ConfigError, DataError
+from adaptive_rag.plumbing.records import PredictionRecord
 from adaptive_rag.plumbing.scoring import summarise
 from inference.adapt_gate.gate import GateConfig, redecide, summarize
 

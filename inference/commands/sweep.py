@@ -30,7 +30,8 @@ from typing import Any
 
 import yaml
 
-from adaptive_rag.plumbing.config import ConfigError, config_dict, refuse_renamed
+from adaptive_rag.plumbing.config import config_dict, refuse_renamed
+from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.question_set import QuestionSet
 from data_builders.question_loader import WorldOptions, load_questions
 from inference.commands.eval_folder import read_done

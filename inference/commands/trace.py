@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adaptive_rag.lm.models import load_causal_lm
-from adaptive_rag.plumbing.config import ConfigError, parse_config, run_cli
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.config import parse_config
+from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.records import PredictionRecord, QAExample
 from inference.commands.eval_data import load_eval_retriever, question_at
 from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
