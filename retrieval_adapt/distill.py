@@ -21,20 +21,19 @@ import contextlib
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import torch
 
 from adaptive_rag.lm.models import hub_offline
-from adaptive_rag.plumbing.cards import check_repo_id, push_to_hub
+from adaptive_rag.plumbing.cards import push_to_hub
 from adaptive_rag.plumbing.config import config_dict, save_config
 from adaptive_rag.plumbing.progress import bar_options, library_bars_quiet
 from adaptive_rag.plumbing.record_log import FolderLock, check_same_settings
 from retrieval_adapt import distill_checkpoints as ckpt
 from retrieval_adapt.distill_card import write_encoder_card_of
 from retrieval_adapt.distill_checkpoints import GracefulStop, MetricsLog, TrainerState
+from retrieval_adapt.distill_config import DistillConfig
 from retrieval_adapt.distill_data import DistillBatch, load_distill_data, make_loader
 from retrieval_adapt.losses import KLDistillationLoss
 
@@ -43,61 +42,6 @@ logger = logging.getLogger(__name__)
 # Settings a resumed run may change: they do not change what the steps already done computed.
 RUNTIME_FIELDS = ("max_steps", "eval_steps", "logging_steps", "save_total_limit", "resume", "report_to",
                   "wandb_project", "output_dir", "push_to_hub")
-
-
-@dataclass
-class DistillConfig:
-    # Data and index
-    data_dir: str = field(default="runs/retrieval_adapt/world-data", metadata={"help": "data builder output"})
-    index_dir: str = field(default="runs/index/world-minilm", metadata={"help": "the dense index (fixed)"})
-    output_dir: str = "runs/retrieval_adapt/world-distill"
-    query_input: Literal["question", "question_y1"] = "question"  # the retriever's input during adaptation
-    # Optimisation (paper: batch 32, lr 1e-5, <= 1000 steps, keep the lowest validation loss)
-    batch_size: int = 32
-    learning_rate: float = 1e-5
-    weight_decay: float = 0.0
-    max_steps: int = 1000
-    warmup_steps: int = 0
-    lr_scheduler: Literal["constant", "linear"] = "constant"
-    max_grad_norm: float = 1.0
-    # Loss (tau is not published by the paper: see retrieval_adapt.losses.KLDistillationLoss)
-    temperature: float = 0.05
-    teacher_temperature: float = 1.0
-    # "uniform": P_rr = softmax(t / tau_t), the paper's (and REPLUG's) teacher. "retriever": multiply in the
-    # initial retriever's own distribution, P_rr ∝ exp(t / tau_t + s0 / tau), i.e. the posterior P(p | q, a) with
-    # the retriever as prior when t = log P(a | p): an answer-likelihood teacher alone gives no credit to a
-    # multi-hop question's bridge paragraph (it names the entity, not the answer), and the student unlearns it.
-    teacher_prior: Literal["uniform", "retriever"] = "uniform"
-    # Questions whose every gold answer is one of these (after SQuAD normalisation) are left out of both splits.
-    # An answer-likelihood teacher cannot rank paragraphs for them: P("yes" | p, q, y1) does not depend on whether
-    # p holds the evidence. On HotpotQA's yes/no questions it put a gold paragraph first for 6% of questions,
-    # the retriever for 94% (data_hotpotqa.yaml, 48 of 400 questions): distilling them teaches noise.
-    exclude_answers: list[str] = field(default_factory=list)
-    # Bookkeeping
-    eval_steps: int = 50
-    logging_steps: int = 10
-    resume: bool = True  # continue from the newest complete output_dir/checkpoint-N; false: start over in place
-    save_total_limit: int = 2  # complete checkpoints kept (the newest, and one to fall back on if it is damaged)
-    seed: int = 0
-    report_to: Literal["none", "wandb"] = "none"
-    wandb_project: str = "adaptive-rag-retrieval-adapt"
-    # A Hub repo id (ORG/NAME): upload output_dir/query_encoder (with its card) there when the run completes.
-    # Needs network and a login; offline, the run still succeeds locally and the error line says how to push later.
-    push_to_hub: str | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("batch_size", "max_steps", "eval_steps", "logging_steps", "save_total_limit"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
-        if self.temperature <= 0 or self.teacher_temperature <= 0:
-            raise ValueError("temperature and teacher_temperature must be positive")
-        if not all(isinstance(a, str) for a in self.exclude_answers):
-            raise ValueError(f"exclude_answers must be strings, got {self.exclude_answers!r}; YAML reads bare "
-                             "yes/no/true/false as booleans: quote them, e.g. ['yes', 'no']")
-        if self.push_to_hub is not None:
-            check_repo_id(self.push_to_hub)
 
 
 def _loss_on(loss_fn, batch: DistillBatch, embeddings, device) -> tuple[torch.Tensor, dict[str, float]]:

@@ -16,8 +16,8 @@ from adaptive_rag.plumbing.record_log import RecordLog
 from retrieval_adapt import distill_checkpoints as ckpt
 
 if TYPE_CHECKING:
-    from retrieval_adapt.distill import DistillConfig
     from retrieval_adapt.distill_checkpoints import TrainerState
+    from retrieval_adapt.distill_config import DistillConfig
 
 
 def read_records(path: Path) -> list[dict]:

@@ -163,7 +163,7 @@ def test_push_without_network_is_one_line(data_dir, monkeypatch):
 
 
 def test_bad_repo_id_fails_before_any_work():
-    from retrieval_adapt.distill import DistillConfig
+    from retrieval_adapt.distill_config import DistillConfig
 
     with pytest.raises(ValueError, match="push_to_hub 'not a repo!' is not a Hub repo id"):
         DistillConfig(push_to_hub="not a repo!")
@@ -223,7 +223,8 @@ def test_retrieval_adapt_data_card(distill_setup, tmp_path):
 def test_distillation_writes_a_card_and_pushes_the_encoder(distill_setup, tmp_path, monkeypatch, capfd):
     from transformers import AutoModel
 
-    from retrieval_adapt.distill import DistillConfig, train
+    from retrieval_adapt.distill import train
+    from retrieval_adapt.distill_config import DistillConfig
 
     out = tmp_path / "out"
     cfg = dict(data_dir=str(distill_setup["data"]), index_dir=str(distill_setup["index"]), output_dir=str(out),

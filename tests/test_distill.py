@@ -17,7 +17,8 @@ from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.records import Passage
 from data_builders.distill_schema import to_dataset_dict
 from retrieval_adapt.dense import DenseRetriever
-from retrieval_adapt.distill import DistillConfig, train
+from retrieval_adapt.distill import train
+from retrieval_adapt.distill_config import DistillConfig
 from retrieval_adapt.distill_data import collate
 from retrieval_adapt.encoders import MeanPoolingEncoder
 

@@ -34,7 +34,7 @@ def program_types(program: str) -> tuple[type, ...]:
 
         return QuestionsConfig, RetrievalAdaptDataConfig
     if program == "training/distill_retriever.py":
-        from retrieval_adapt.distill import DistillConfig
+        from retrieval_adapt.distill_config import DistillConfig
 
         return (DistillConfig,)
     if program == "training.evaluate_adapted":

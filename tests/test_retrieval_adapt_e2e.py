@@ -10,7 +10,8 @@ import pytest
 from adaptive_rag.plumbing.question_set import QuestionSet
 from data_builders.question_loader import QuestionsConfig, load_questions
 from retrieval_adapt.dense import DenseRetriever
-from retrieval_adapt.distill import DistillConfig, train
+from retrieval_adapt.distill import train
+from retrieval_adapt.distill_config import DistillConfig
 from retrieval_adapt.encoders import MeanPoolingEncoder
 from training.distill_set import RetrievalAdaptDataConfig, build
 from training.evaluate_adapted import EvaluateAdaptedConfig, evaluate

@@ -28,7 +28,8 @@ if __package__ in (None, ""):  # `accelerate launch training/x.py` runs a file: 
 
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config  # noqa: E402
-from retrieval_adapt.distill import DistillConfig, train  # noqa: E402
+from retrieval_adapt.distill import train
+from retrieval_adapt.distill_config import DistillConfig  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
