@@ -8,11 +8,9 @@ from adaptive_rag.lm.generation import Generation
 from adaptive_rag.plumbing.records import Passage, QAExample
 from adaptive_rag.plumbing.retriever import Hit, join_query
 from inference.iter_retgen.loop import (
-    ITER_RETGEN_TOP_K,
     IterRetGen,
     IterRetGenConfig,
     LMGenerator,
-    iter_retgen_depth,
     iteration_curve,
 )
 from inference.iter_retgen.prompts import PAPER_DEMOS, Prompt, build_prompt
@@ -152,9 +150,25 @@ def test_prediction_record_counts_each_questions_own_generation(fake_retriever):
     assert set(d["iterations"][0]) == {"query", "doc_ids", "output", "answer", "metrics"}
 
 
-def test_depth_defaults_to_the_papers_five():
-    assert iter_retgen_depth(None) == ITER_RETGEN_TOP_K == IterRetGenConfig().top_k == 5
-    assert iter_retgen_depth(3) == 3
+def test_depth_is_declared_once_by_the_preset_and_reaches_every_entry_point(fake_retriever, monkeypatch):
+    """The evaluate command, the library config and the distillation jobs all take Iter-RetGen's depth from its
+    preset (the paper's 5); an explicit --top_k wins. Checked on the runner the evaluate command builds."""
+    from inference.commands import evaluate as ev
+    from inference.dynamic_rag.engine import EngineConfig
+    from inference.dynamic_rag.methods import PRESETS, MethodConfig
+    from inference.dynamic_rag.prompts import PromptConfig
+    from training.distill_set import RetrievalAdaptDataConfig
+    from training.evaluate_adapted import EvaluateAdaptedConfig
+
+    assert PRESETS["iter-retgen"].top_k == IterRetGenConfig().top_k == RetrievalAdaptDataConfig().top_k == 5
+    assert EvaluateAdaptedConfig().top_k == 5
+    seen = []
+    monkeypatch.setattr(ev, "IterRetGen", lambda retriever, gen, cfg: seen.append(cfg.top_k))
+    monkeypatch.setattr(ev, "LMGenerator", lambda *a, **k: None)
+    for top_k, want in ((None, 5), (2, 2)):
+        method = MethodConfig(method="iter-retgen", top_k=top_k)
+        ev.iter_retgen_runner(None, None, fake_retriever, method.resolved(), PromptConfig(), EngineConfig())
+        assert seen[-1] == want
 
 
 def test_answer_recall_matches_whole_words_only():

@@ -22,7 +22,7 @@ from data_builders.adapt_llm import AdaptDataConfig
 from data_builders.adapt_llm_prompts import never_retrieve_prompt, response_text
 from data_builders.readers import write_qa_jsonl
 from inference.adapt_gate.gate import AdaptGate, model_generator, redecide, summarize, sweep_threshold
-from inference.adapt_gate.gate_eval import GateMethodConfig, gate_depth, resolved_method
+from inference.adapt_gate.gate_eval import GateMethodConfig, resolved_method
 from inference.commands import evaluate as ev
 from inference.commands import report, sweep
 from inference.commands.popularity_threshold import read_records, tune_threshold
@@ -175,8 +175,8 @@ def test_the_training_jobs_old_depth_name_fails_naming_top_k(tmp_path):
 
 def test_the_gates_depth_is_one_unless_its_inner_method_answers():
     unset = MethodConfig(method="adapt-llm")
-    assert unset.top_k is None and gate_depth(unset) == 1
-    assert gate_depth(MethodConfig(method="ar", top_k=4)) == 4
+    assert unset.top_k is None and unset.resolved().top_k == 1 == GateMethodConfig().gate_config("ar").top_k
+    assert MethodConfig(method="ar", top_k=4).resolved().top_k == 4
     assert resolved_method(unset, GateMethodConfig()).top_k == 1
     dragin = resolved_method(unset, GateMethodConfig(gate_inner="dragin"), "world-two-hop")
     assert dragin.top_k == MethodConfig(method="dragin").resolved().top_k == 3  # DRAGIN's own, not the prompt's 1

@@ -41,6 +41,7 @@ from adaptive_rag.plumbing.retriever import join_query
 from adaptive_rag.plumbing.wandb_logging import check_report_to, log_run
 from data_builders.distill_schema import check_row, to_dataset_dict
 from data_builders.question_loader import QuestionsConfig, file_hash, load_questions, source_hash
+from inference.dynamic_rag.methods import PRESETS
 from inference.iter_retgen.loop import IterRetGen, IterRetGenConfig, LMGenerator
 from inference.iter_retgen.prompts import PromptStyle
 from retrieval_adapt.dense import DenseRetriever
@@ -67,7 +68,7 @@ class RetrievalAdaptDataConfig:
     # Generator of y1 (Iter-RetGen iteration 1)
     generator: str = "smollm2-135m"
     prompt_style: PromptStyle = "chat"
-    top_k: int = 5  # paragraphs retrieved for y1's generation prompt (paper: 5)
+    top_k: int = PRESETS["iter-retgen"].top_k  # paragraphs retrieved for y1's prompt (the method's preset: 5)
     max_new_tokens: int = 32
     gen_batch_size: int = 16
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"

@@ -21,6 +21,7 @@ from typing import ClassVar, Literal
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config, save_config
 from data_builders.question_loader import QuestionsConfig, load_questions
+from inference.dynamic_rag.methods import PRESETS
 from inference.iter_retgen.loop import IterRetGen, IterRetGenConfig, LMGenerator, iteration_curve
 from inference.iter_retgen.prompts import PromptStyle
 from retrieval_adapt.dense import DenseRetriever
@@ -42,7 +43,7 @@ class EvaluateAdaptedConfig:
     generator: str = "smollm2-135m"
     prompt_style: PromptStyle = "chat"
     iterations: int = 3  # one T=3 run gives the T=1, 2, 3 numbers (greedy, deterministic)
-    top_k: int = 5  # paragraphs retrieved per iteration (paper: 5)
+    top_k: int = PRESETS["iter-retgen"].top_k  # paragraphs retrieved per iteration (the method's preset: 5)
     max_new_tokens: int = 32
     gen_batch_size: int = 16
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"

@@ -41,6 +41,7 @@ from data_builders.adapt_llm_prompts import (
     parametric_prompt,
     response_text,
 )
+from inference.dynamic_rag.methods import PRESETS
 
 GatePolicy = Literal["adapt_llm", "never_retrieve", "always_retrieve", "popularity", "sweep"]
 GateRule = Literal["token", "threshold"]
@@ -63,7 +64,7 @@ class GateConfig:
     gate_rule: GateRule = "token"
     ret_threshold: float = 0.5  # threshold rule: retrieve when p(<RET> first) > this
     popularity_threshold: float = 707_000.0  # the paper's PopQA s_pop threshold
-    top_k: int = 1  # passages per context prompt; training used one gold passage
+    top_k: int = PRESETS["adapt-llm"].top_k  # passages per context prompt (the preset: training used one gold one)
     prompt_variant: PromptVariant = "paper"
     max_passage_words: int | None = 200
     judge: JudgeName = "contains"

@@ -49,14 +49,6 @@ INNER_NAMES: tuple[str, ...] = ("single", *(name for name, preset in PRESETS.ite
                                             if preset.runner != "gate" and preset.trigger != "never"))
 InnerName = Literal[INNER_NAMES]  # type: ignore[valid-type]
 Runner = Callable[[list[QAExample]], list[PredictionRecord]]
-GATE_TOP_K = 1  # passages in the single path's context prompt: training showed one gold passage
-
-
-def gate_depth(method: MethodConfig) -> int:
-    """Passages in the single path's context prompt: the method's ``top_k`` where one is set, else 1."""
-    return GATE_TOP_K if method.top_k is None else method.top_k
-
-
 @dataclass
 class GateMethodConfig:
     """Knobs of the gate methods (adapt-llm, nr, ar, popularity); other methods ignore them.
@@ -81,7 +73,9 @@ class GateMethodConfig:
             raise ValueError(f"gate_max_new_tokens must be >= 1, got {self.gate_max_new_tokens}")
         self.gate_config("adapt-llm")  # the gate's own checks (rule, threshold, prompt variant)
 
-    def gate_config(self, method: str, top_k: int = GATE_TOP_K) -> GateConfig:
+    def gate_config(self, method: str, top_k: int | None = None) -> GateConfig:
+        """The gate's settings for ``method``; ``top_k`` None: the method's preset depth."""
+        top_k = PRESETS[method].top_k if top_k is None else top_k
         return GateConfig(policy=GATE_METHODS[method], gate_rule=self.gate_rule, ret_threshold=self.ret_threshold,
                           popularity_threshold=self.popularity_threshold, top_k=top_k,
                           prompt_variant=self.gate_prompt_variant, max_passage_words=self.gate_max_passage_words)
@@ -162,7 +156,7 @@ def gate_runner(model: Any, tokenizer: Any, retriever: Any, method: MethodConfig
                           f"adapt_llm.py); the tokenizer of '{getattr(tokenizer, 'name_or_path', '?')}' has none")
     generator = model_generator(model, tokenizer, batch_size, gate.gate_max_new_tokens, show_progress=show_progress)
     wrapped = None if inner is None else InnerMethod(gate.gate_inner, inner)
-    adapt = AdaptGate(generator, retriever, gate.gate_config(method.method, gate_depth(method)), inner=wrapped)
+    adapt = AdaptGate(generator, retriever, gate.gate_config(method.method, method.resolved().top_k), inner=wrapped)
 
     def run(examples: list[QAExample]) -> list[PredictionRecord]:
         start = time.perf_counter()

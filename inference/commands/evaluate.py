@@ -60,7 +60,7 @@ from inference.commands.eval_folder import SingleProcess, locked_output, read_do
 from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
 from inference.dynamic_rag.methods import MethodConfig
 from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
-from inference.iter_retgen.loop import IterRetGen, IterRetGenConfig, LMGenerator, iter_retgen_depth
+from inference.iter_retgen.loop import IterRetGen, IterRetGenConfig, LMGenerator
 
 DEFAULT_OUTPUT_ROOT = "runs/eval"
 
@@ -171,7 +171,7 @@ def iter_retgen_runner(model, tokenizer, retriever, method: MethodConfig, prompt
     """Iter-RetGen behind the same record type as the engine's methods (one retrieval per iteration)."""
     generator = LMGenerator(model, tokenizer, max_new_tokens=engine.max_new_tokens, batch_size=engine.batch_size)
     loop = IterRetGen(retriever, generator, IterRetGenConfig(iterations=method.iterations,
-                                                             top_k=iter_retgen_depth(method.top_k),
+                                                             top_k=method.resolved().top_k,
                                                              prompt_style=prompt.prompt_style))
 
     def run(examples: list[QAExample]) -> list[PredictionRecord]:

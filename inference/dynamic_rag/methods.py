@@ -78,19 +78,20 @@ class Preset:
     trigger: str | None
     query: str | None
     runner: Runner = "engine"
-    top_k: int = 3  # documents per retrieval (DRAGIN: 3 via BM25; FLARE used 2)
+    # documents per retrieval (DRAGIN: 3 via BM25; FLARE used 2). The one place a method's depth is declared:
+    # MethodConfig.resolved() fills an unset --top_k from here, and each runner's own config defaults to it.
+    top_k: int = 3
 
 
 PRESETS: dict[str, Preset] = {
     "wo-rag": Preset("never", "question"), "sr-rag": Preset("single", "question"),
     "fl-rag": Preset("fixed_length", "last_window"), "fs-rag": Preset("fixed_sentence", "last_sentence"),
     "flare": Preset("flare", "flare_masked"), "dragin": Preset("rind", "qfs"), "custom": Preset(None, None),
-    # Iter-RetGen is a loop of whole generations (inference/iter_retgen/loop.py), not a trigger (paper: top-5,
-    # --top_k 5)
-    "iter-retgen": Preset("single", "question", "iter-retgen"),
+    # Iter-RetGen is a loop of whole generations (inference/iter_retgen/loop.py), not a trigger; the paper retrieves
+    # the top-5 paragraphs (Contriever-MSMARCO)
+    "iter-retgen": Preset("single", "question", "iter-retgen", top_k=5),
     # ADAPT-LLM's gate and its baselines (inference/adapt_gate/gate_eval.py): at most one decision to retrieve;
-    # training showed
-    # one gold passage in the context prompt
+    # training showed one gold passage in the context prompt
     "adapt-llm": Preset("single", "question", "gate", top_k=1), "nr": Preset("never", "question", "gate", top_k=1),
     "ar": Preset("single", "question", "gate", top_k=1),
     "popularity": Preset("single", "question", "gate", top_k=1),

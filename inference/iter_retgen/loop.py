@@ -25,21 +25,15 @@ from adaptive_rag.plumbing.metrics import aggregate, extract_answer, score
 from adaptive_rag.plumbing.progress import bar_options
 from adaptive_rag.plumbing.records import IterationScore, PredictionRecord, QAExample, RetrievalRecord
 from adaptive_rag.plumbing.retriever import Hit, Retriever, join_query
+from inference.dynamic_rag.methods import PRESETS
 from inference.iter_retgen.prompts import PromptStyle, build_prompt
 from retrieval_adapt.recall import answer_recall, gold_recall
-
-ITER_RETGEN_TOP_K = 5  # paragraphs per retrieval in the paper (top-5 Contriever-MSMARCO)
-
-
-def iter_retgen_depth(top_k: int | None) -> int:
-    """Paragraphs per retrieval: ``top_k`` where one is set, else the paper's 5."""
-    return ITER_RETGEN_TOP_K if top_k is None else top_k
 
 
 @dataclass
 class IterRetGenConfig:
     iterations: int = 2  # T; the paper finds T = 2 gives most of the gain
-    top_k: int = ITER_RETGEN_TOP_K  # paragraphs per retrieval
+    top_k: int = PRESETS["iter-retgen"].top_k  # paragraphs per retrieval (the method's preset: the paper's 5)
     prompt_style: PromptStyle = "chat"  # "paper" = 3-shot CoT (scores ~0 on SmolLM2), "chat" = short answer
 
     def __post_init__(self) -> None:
