@@ -29,9 +29,8 @@ from inference.dynamic_rag.methods import MethodConfig
 from inference.dynamic_rag.prompts import PromptBuilder
 from inference.dynamic_rag.queries import form_query
 from inference.dynamic_rag.round_view import Event, RoundView
-from inference.dynamic_rag.signals import round_word_signals
 from inference.dynamic_rag.text_units import TokenText, ends_sentence
-from inference.dynamic_rag.triggers import check_trigger
+from inference.dynamic_rag.triggers import TRIGGERS, check_trigger
 
 ANSWER_MARKER = re.compile(r"the answer is", re.IGNORECASE)
 
@@ -208,13 +207,8 @@ class DynamicRAGEngine:
     def _keep_signals(self, st: QuestionState, view: RoundView, keep: int, event, query: str | None) -> None:
         if not self.cfg.keep_signals:
             return
-        words = round_word_signals(view, self.method)
         st.signals.append({
-            "round": st.rounds, "kept_tokens": keep, "theta": self.method.theta,
-            "words": [{"text": "".join(view.pieces[i] for i in w.tokens), "first_token": w.tokens[0],
-                       "entropy": w.entropy, "attention": w.attention, "content": w.content,
-                       "score": w.score if self.method.content_filter == "score" else w.unfiltered_score,
-                       "min_prob": min(view.probs[i] for i in w.tokens)} for w in words],
+            "round": st.rounds, "kept_tokens": keep, **TRIGGERS.get(self.method.trigger).trace(view, self.method),
             "trigger": None if event is None else {"token": event.token, "score": event.score, "query": query},
             "docs": [{"id": d.id, "title": d.title} for d in st.docs],
         })

@@ -9,11 +9,13 @@ A trigger is a class with ``check(view, cfg, final=...) -> Event | None``. It de
   ``"attention_per_head"``: those rows kept per head);
 * ``retrieves_first(cfg)``: whether the method retrieves with the question before generating;
 * ``Knobs``: a dataclass of the settings it owns; they become fields of ``MethodConfig`` (and command-line options)
-  when the file is discovered.
+  when the file is discovered;
+* ``trace(view, cfg)``: what the trace view shows of a round (``--keep_signals``): per-word signals and the
+  threshold they are judged against. By default DRAGIN's word signals, judged by RIND's own settings (a reference
+  view for any method); a trigger with signals of its own overrides it.
 
 Adding a trigger is a new file here (and its test); ``inference/dynamic_rag/methods.py`` lists presets (method names)
-that
-pair a trigger with a query former.
+that pair a trigger with a query former.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ class Trigger:
 
     def check(self, view: RoundView, cfg: Any, *, final: bool) -> Event | None:
         raise NotImplementedError
+
+    def trace(self, view: RoundView, cfg: Any) -> dict[str, Any]:
+        """``{"theta": ..., "words": [...]}`` for the trace view: RIND's, unless a trigger describes itself."""
+        return TRIGGERS.get("rind").trace(view, cfg)
 
 
 TRIGGERS: Registry[Trigger] = Registry("trigger", __name__)

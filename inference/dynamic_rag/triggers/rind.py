@@ -41,6 +41,15 @@ class Rind(Trigger):
         return _event(view, cfg, view.first_unchecked(cfg.keep_sentence_after_retrieval))
 
 
+    def trace(self, view: RoundView, cfg) -> dict:
+        words = signals.round_word_signals(view, cfg)
+        return {"theta": cfg.theta, "words": [
+            {"text": "".join(view.pieces[i] for i in w.tokens), "first_token": w.tokens[0], "entropy": w.entropy,
+             "attention": w.attention, "content": w.content,
+             "score": w.score if cfg.content_filter == "score" else w.unfiltered_score,
+             "min_prob": min(view.probs[i] for i in w.tokens)} for w in words]}
+
+
 def _event(view: RoundView, cfg, start: int) -> Event | None:
     words = [w for w in signals.round_word_signals(view, cfg) if w.tokens[0] >= start]
     if cfg.content_filter == "score":  # the paper: s_i is a factor of the score
