@@ -384,5 +384,10 @@ def main(argv: list[str] | None = None) -> None:
           f"train {len(dsd['train'])}, validation {len(dsd['validation'])} -> {cfg.data_dir}")
 
 
+def cli() -> int:
+    """The console script (pyproject.toml) and ``python -m`` run this."""
+    return (run_cli(main))
+
+
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    sys.exit(cli())

@@ -11,6 +11,7 @@ An input is ``PATH`` (format detected) or ``FORMAT:PATH`` with a format of
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,5 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def cli() -> int:
+    """The console script (pyproject.toml) and ``python -m`` run this."""
+    return (main())
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(cli())

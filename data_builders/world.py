@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -195,5 +196,11 @@ def main(argv: list[str] | None = None) -> None:
           f"{len(world.common_knowledge)} common-knowledge questions to {out}")
 
 
-if __name__ == "__main__":
+def cli() -> int:
+    """The console script (pyproject.toml) and ``python -m`` run this."""
     main()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

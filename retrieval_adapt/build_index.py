@@ -78,7 +78,12 @@ def main(argv: list[str] | None = None) -> None:
     build(cfg)
 
 
-if __name__ == "__main__":
+def cli() -> int:
+    """The console script (pyproject.toml) and ``python -m`` run this."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    sys.exit(run_cli(main, resume_hint="the index folder is as it was (a build is published only when complete); "
+    return (run_cli(main, resume_hint="the index folder is as it was (a build is published only when complete); "
                                        "rerun the same command to build it"))
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -26,5 +26,10 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  [{rank}] {hit.score:8.3f}  {hit.passage.id}  {hit.passage.title}: {hit.passage.text[:100]}")
 
 
+def cli() -> int:
+    """The console script (pyproject.toml) and ``python -m`` run this."""
+    return (run_cli(main, resume_hint="nothing was written"))
+
+
 if __name__ == "__main__":
-    sys.exit(run_cli(main, resume_hint="nothing was written"))
+    sys.exit(cli())

@@ -190,29 +190,32 @@ def write_recipe(path: Path, **fields) -> str:
     return str(path)
 
 
-def test_evaluate_command_runs_a_recipe(tmp_path, monkeypatch, capsys):
+def test_sweep_command_runs_a_recipe_and_evaluate_points_to_it(tmp_path, monkeypatch, capsys):
     calls: list[str] = []
     monkeypatch.setattr(ev, "evaluate", fake_evaluate(calls))
     out = tmp_path / "sweep"
     recipe = write_recipe(tmp_path / "r.yaml", dataset="world-two-hop", limit=3, output_dir=str(out),
                           show_progress=False, sweep={"method": ["wo-rag", "dragin"], "theta": [0.3, 0.8]})
-    ev.main([recipe, "--limit", "2"])  # the command line wins over the recipe, as for one evaluation
+    sweep.main([recipe, "--limit", "2"])  # the command line wins over the recipe, as for one evaluation
     assert calls == ["method=wo-rag", "method=dragin,theta=0.3", "method=dragin,theta=0.8"]
     assert yaml.safe_load((out / "method=wo-rag" / "config.yaml").read_text())["limit"] == 2
     summary = (out / "summary.md").read_text()
     assert "| method=dragin,theta=0.3 | dragin | theta=0.3 | 2 | 0.500 | 0.600 |" in summary
     header = (out / "summary.csv").read_text().splitlines()[0]
     assert header.startswith("run,method,knobs,n,em,f1,acc,retrievals_per_question")
-    ev.main([recipe, "--limit", "2"])
+    sweep.main([recipe, "--limit", "2"])
     assert len(calls) == 3 and capsys.readouterr().out.count("finished, skipped") == 3
-    assert run_cli(ev.main, argv=[recipe, "--theta", "0.5"]) == 2
+    assert run_cli(sweep.main, argv=[recipe, "--theta", "0.5"]) == 2
     assert "theta set both in sweep and outside it" in capsys.readouterr().err
-    assert run_cli(ev.main, argv=[recipe, "--thetaa", "0.5"]) == 2
+    assert run_cli(sweep.main, argv=[recipe, "--thetaa", "0.5"]) == 2
     assert "unrecognized arguments: --thetaa 0.5" in capsys.readouterr().err
     bad = write_recipe(tmp_path / "bad.yaml", sweep={"tehta": [1.0]})
-    assert run_cli(ev.main, argv=[bad]) == 2
+    assert run_cli(sweep.main, argv=[bad]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown sweep knob(s) tehta" in err
+    assert run_cli(ev.main, argv=[recipe, "--limit", "2"]) == 2  # evaluate runs one configuration, not a grid
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"python -m inference.commands.sweep {recipe} --limit 2" in err
 
 
 RECIPES = {"hotpotqa_tune.yaml": 8, "hotpotqa_six_methods.yaml": 6, "world_tune.yaml": 8,
@@ -235,7 +238,7 @@ def test_a_real_sweep_with_a_tiny_model_resumes(tmp_path, tiny_model, smol_token
     recipe = write_recipe(tmp_path / "r.yaml", model=str(model_dir), dataset="world-two-hop", limit=2,
                           max_new_tokens=4, show_progress=False, output_dir=str(out),
                           sweep={"method": ["wo-rag", "dragin"], "theta": [1.0]})
-    ev.main([recipe])
+    sweep.main([recipe])
     folders = sorted(p.name for p in out.iterdir() if p.is_dir())
     assert folders == ["method=dragin", "method=wo-rag"]
     for name in folders:
@@ -243,5 +246,5 @@ def test_a_real_sweep_with_a_tiny_model_resumes(tmp_path, tiny_model, smol_token
     rows = (out / "summary.csv").read_text().splitlines()
     assert len(rows) == 3 and rows[1].startswith("method=wo-rag,wo-rag,,2,")
     capsys.readouterr()
-    ev.main([recipe])
+    sweep.main([recipe])
     assert capsys.readouterr().out.count("finished, skipped") == 2

@@ -42,23 +42,20 @@ from pathlib import Path
 
 import yaml
 
-if __package__ in (None, ""):  # run as a file: make the repository root importable without installing
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from adaptive_rag.plumbing.cards import push_to_hub, write_adapter_card  # noqa: E402
+from adaptive_rag.plumbing.cards import push_to_hub, write_adapter_card
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config
-from adaptive_rag.plumbing.errors import ConfigError  # noqa: E402
-from adaptive_rag.plumbing.wandb_logging import log_run  # noqa: E402
-from data_builders.adapt_llm import (  # noqa: E402
+from adaptive_rag.plumbing.errors import ConfigError
+from adaptive_rag.plumbing.wandb_logging import log_run
+from data_builders.adapt_llm import (
     AdaptDataConfig,
     build_adapt_dataset,
     check_data_dir_mode,
     load_adapt_dataset,
 )
-from data_builders.question_loader import check_dataset  # noqa: E402
-from inference.commands.eval_checks import check_model_name, check_output_dir  # noqa: E402
-from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig  # noqa: E402
+from data_builders.question_loader import check_dataset
+from inference.commands.eval_checks import check_model_name, check_output_dir
+from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig
 
 DEMO_CONFIG = Path(__file__).resolve().parent / "configs" / "adapt_llm_demo_cpu.yaml"
 
@@ -154,5 +151,10 @@ def main(argv: list[str] | None = None) -> None:
             print("pushed to " + str(push_to_hub(train_cfg.output_dir, train_cfg.push_to_hub, repo_type="model")))
 
 
+def cli() -> int:
+    """The console script (pyproject.toml) and ``python -m`` run this."""
+    return (run_cli(main))
+
+
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    sys.exit(cli())

@@ -21,15 +21,11 @@ from __future__ import annotations
 
 import logging
 import sys
-from pathlib import Path
-
-if __package__ in (None, ""):  # `accelerate launch training/x.py` runs a file: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adaptive_rag.plumbing.cli import run_cli
-from adaptive_rag.plumbing.config import parse_config  # noqa: E402
+from adaptive_rag.plumbing.config import parse_config
 from retrieval_adapt.distill import train
-from retrieval_adapt.distill_config import DistillConfig  # noqa: E402
+from retrieval_adapt.distill_config import DistillConfig
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -42,6 +38,11 @@ def main(argv: list[str] | None = None) -> None:
                                                                  if result.get("pushed_to") else ""))
 
 
-if __name__ == "__main__":
+def cli() -> int:
+    """The console script (pyproject.toml) and ``python -m`` run this."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    sys.exit(run_cli(main, resume_hint="the newest complete checkpoint is kept; rerun the same command to resume"))
+    return (run_cli(main, resume_hint="the newest complete checkpoint is kept; rerun the same command to resume"))
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -232,6 +232,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"wrote {cfg.out}/dataset in {time.perf_counter() - start:.1f}s")
 
 
-if __name__ == "__main__":
+def cli() -> int:
+    """The console script (pyproject.toml) and ``python -m`` run this."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    sys.exit(run_cli(main))
+    return (run_cli(main))
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

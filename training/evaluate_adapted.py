@@ -134,6 +134,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"wrote {cfg.out}/report.json in {report['wall_s']}s")
 
 
-if __name__ == "__main__":
+def cli() -> int:
+    """The console script (pyproject.toml) and ``python -m`` run this."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    sys.exit(run_cli(main, resume_hint="the report is written at the end, so nothing was; rerun the same command"))
+    return (run_cli(main, resume_hint="the report is written at the end, so nothing was; rerun the same command"))
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

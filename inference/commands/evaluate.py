@@ -38,6 +38,7 @@ from adaptive_rag.lm import models
 from adaptive_rag.plumbing.atomic_files import write_text_atomic
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import config_dict, parse_config
+from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.metrics import NORMALISATIONS, Normalisation
 from adaptive_rag.plumbing.progress import bar_options
 from adaptive_rag.plumbing.question_set import WORLD_SETS, QuestionSet
@@ -54,7 +55,7 @@ from inference.adapt_gate.gate_eval import (
     inner_method,
     resolved_method,
 )
-from inference.commands import eval_data, sweep
+from inference.commands import eval_data
 from inference.commands.eval_checks import check_device, check_index_folder, check_model_name, check_output_dir
 from inference.commands.eval_folder import SingleProcess, locked_output, read_done, read_done_everywhere
 from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
@@ -299,16 +300,33 @@ def write_metrics(out: Path, examples: list[QAExample], cfg: EvalConfig, method:
     return metrics
 
 
+# Every setting of one evaluation, in the order evaluate() takes them (the sweep builds the same).
+CONFIG_TYPES = (EvalConfig, MethodConfig, PromptConfig, EngineConfig, GateMethodConfig)
+
+
 def main(argv: list[str] | None = None) -> None:
-    types = (EvalConfig, MethodConfig, PromptConfig, EngineConfig, GateMethodConfig)
-    if sweep.is_sweep_recipe(argv):  # a YAML with `sweep:`: one evaluation per grid point (inference/commands/sweep.py)
-        sweep.main(argv, types, evaluate)
-        return
-    configs = parse_config(types, argv, prog="python -m inference.commands.evaluate")
-    evaluate(*configs)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0].endswith((".yaml", ".yml")) and "sweep" in _yaml_keys(argv[0]):
+        raise ConfigError(f"{argv[0]} is a sweep recipe (it has 'sweep:'): run it with "
+                          f"python -m inference.commands.sweep {' '.join(argv)}")
+    evaluate(*parse_config(CONFIG_TYPES, argv, prog="python -m inference.commands.evaluate"))
+
+
+def _yaml_keys(path: str) -> set[str]:
+    """The top-level keys of a YAML mapping; none when it is missing or unreadable (parse_config then says why)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return set()
+    return set(data) if isinstance(data, dict) else set()
+
+
+def cli() -> int:
+    """The console script (pyproject.toml) and ``python -m`` run this."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return (run_cli(main, resume_hint="predictions.jsonl in the output folder keeps every finished chunk; rerun "
+                                       "the same command to resume"))
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    sys.exit(run_cli(main, resume_hint="predictions.jsonl in the output folder keeps every finished chunk; rerun "
-                                       "the same command to resume"))
+    sys.exit(cli())

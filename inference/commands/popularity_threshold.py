@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import fields, replace
 from pathlib import Path
@@ -170,5 +171,11 @@ def main(argv: list[str] | None = None) -> None:
             parser.exit(2, f"error: cannot write --json {args.json}: {err.strerror or err}\n")
 
 
-if __name__ == "__main__":
+def cli() -> int:
+    """The console script (pyproject.toml) and ``python -m`` run this."""
     main()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

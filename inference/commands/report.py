@@ -373,5 +373,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\n{len(result['figures'])} figure(s), report: {result['html']}")
 
 
+def cli() -> int:
+    """The console script (pyproject.toml) and ``python -m`` run this."""
+    return (run_cli(main))
+
+
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    sys.exit(cli())

@@ -1,7 +1,7 @@
 """Sweeps from one YAML: a grid of knobs, one evaluation folder per point, one summary table.
 
-    python -m inference.commands.evaluate bench/experiments/world_tune.yaml          # a recipe with a `sweep:` mapping
-    python -m inference.commands.evaluate bench/experiments/world_tune.yaml --limit 8  # command-line overrides on top
+    python -m inference.commands.sweep bench/experiments/world_tune.yaml            # a recipe with a `sweep:` mapping
+    python -m inference.commands.sweep bench/experiments/world_tune.yaml --limit 8  # command-line overrides on top
 
 A recipe is an evaluation YAML (any field of ``python -m inference.commands.evaluate --help``) plus
 ``sweep: {knob: [value, ...]}``. Every combination runs into its own sub-folder of ``output_dir``, named from the
@@ -30,10 +30,12 @@ from typing import Any
 
 import yaml
 
+from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import config_dict, refuse_renamed
 from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.question_set import QuestionSet
 from data_builders.question_loader import WorldOptions, load_questions
+from inference.commands import evaluate as evaluation
 from inference.commands.eval_folder import read_done
 from inference.commands.knobs import knob_applies
 from inference.commands.report import write_summary
@@ -66,18 +68,6 @@ def load_recipe(path: str | Path) -> tuple[dict[str, Any], dict[str, list[Any]]]
         raise ConfigError(f"{path}: a sweep recipe needs 'sweep:' mapping knobs to lists of values")
     grid = data.pop("sweep")
     return data, grid
-
-
-def is_sweep_recipe(argv: Sequence[str] | None) -> bool:
-    """True when the command line starts with a YAML file that has a ``sweep:`` key."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or not argv[0].endswith((".yaml", ".yml")) or not Path(argv[0]).is_file():
-        return False
-    try:
-        data = yaml.safe_load(Path(argv[0]).read_text())
-    except yaml.YAMLError:
-        return False  # the plain path reports the YAML error
-    return isinstance(data, dict) and "sweep" in data
 
 
 def _type_error(tp: Any, value: Any) -> str | None:
@@ -248,11 +238,13 @@ def settings_from(types: Sequence[type], recipe: dict[str, Any], argv: list[str]
     return vars(parser.parse_args(argv))
 
 
-def main(argv: list[str] | None, types: Sequence[type], evaluate: Callable[..., dict[str, Any]],
-         prog: str = "python -m inference.commands.evaluate") -> list[tuple[Point, dict[str, Any]]]:
-    """The sweep behind ``python -m inference.commands.evaluate RECIPE.yaml [--field value ...]``."""
+def main(argv: list[str] | None = None, prog: str = "python -m inference.commands.sweep"
+         ) -> list[tuple[Point, dict[str, Any]]]:
+    """``python -m inference.commands.sweep RECIPE.yaml [--field value ...]``: every point through
+    :func:`inference.commands.evaluate.evaluate`."""
     from accelerate import PartialState
 
+    types, evaluate = evaluation.CONFIG_TYPES, evaluation.evaluate
 
     argv = list(sys.argv[1:] if argv is None else argv)
     path, rest = argv[0], argv[1:]
@@ -280,3 +272,15 @@ def main(argv: list[str] | None, types: Sequence[type], evaluate: Callable[..., 
         print(f"\n{table}\nsummary: {Path(settings['output_dir']) / 'summary.md'} (and .csv); figures: "
               f"python -m inference.commands.report {settings['output_dir']} --out {settings['output_dir']}/report")
     return results
+
+
+def cli() -> int:
+    """The console script (pyproject.toml) and ``python -m`` run this."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return (run_cli(main, resume_hint="every finished point is kept; rerun the same command to resume"))
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -113,5 +113,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(record.retrievals)} retrievals; trace written to {cfg.out}")
 
 
+def cli() -> int:
+    """The console script (pyproject.toml) and ``python -m`` run this."""
+    return (run_cli(main))
+
+
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    sys.exit(cli())
