@@ -11,13 +11,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("adaptive_rag", "inference", "data_builders", "retrieval_adapt", "training")
 
-# (module prefix, layer): the longest matching prefix decides.
+# The layers are the top-level folders, lowest first (README: Layout). Inside a folder, its sub-packages have an
+# order of their own: a sub-package imports those before it, never one after it.
 LAYERS = {
-    "adaptive_rag": 0,  # foundation: config, records, models, generation, metrics, retriever interface, record log
+    "adaptive_rag": 0,  # foundation: plumbing (records, config, metrics, logs, cards), the model side (lm)
     "data_builders": 1,  # readers, the embedded world, corpora, Algorithm 1's data
     "retrieval_adapt": 2,  # indexes, encoders, re-rankers, the distillation loss and loop
-    "inference": 3,  # the engine, its plug-ins, Iter-RetGen, the gate, evaluation and reports
+    "inference": 3,  # the engine and its plug-ins, Iter-RetGen, the gate, the commands over them
     "training": 4,  # jobs: training, and the builders and commands that run a model over a retriever
+}
+SUB_ORDER = {
+    "adaptive_rag": ("plumbing", "lm"),
+    "inference": ("dynamic_rag", "iter_retgen", "adapt_gate", "commands"),
 }
 NAMES = {0: "foundation", 1: "data", 2: "retrieval", 3: "inference", 4: "jobs"}
 # Lazy imports of project modules that are allowed, and why.
@@ -40,8 +45,14 @@ LAZY_OK: dict[tuple[str, str], str] = {
 
 
 def layer(module: str) -> int:
-    best = max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len)
-    return LAYERS[best]
+    return LAYERS[module.split(".")[0]]
+
+
+def sub_rank(module: str) -> int | None:
+    """The sub-package's place in its folder's order (None: a folder without one, or a module at its top)."""
+    parts = module.split(".")
+    order = SUB_ORDER.get(parts[0], ())
+    return order.index(parts[1]) if len(parts) > 1 and parts[1] in order else None
 
 
 def modules() -> list[tuple[str, Path]]:
@@ -100,6 +111,43 @@ def test_project_imports_sit_at_the_top():
     assert not lazy, "project imports inside functions (move them to the top):\n" + "\n".join(lazy)
 
 
+def test_sub_packages_only_point_down_their_folders_order():
+    upward = []
+    for name, path in modules():
+        for target, line, _ in project_imports(path):
+            mine, theirs = sub_rank(name), sub_rank(target)
+            if layer(name) == layer(target) and mine is not None and theirs is not None and theirs > mine:
+                upward.append(f"{path.relative_to(ROOT)}:{line}: {name} imports {target}")
+    assert not upward, "imports that point up inside a folder:\n" + "\n".join(upward)
+
+
+def import_cycles() -> list[list[str]]:
+    """Cycles among modules (top-level and lazy imports alike), each as the list of modules around it."""
+    graph: dict[str, set[str]] = {}
+    for name, path in modules():
+        graph[name] = {t for t, _, _ in project_imports(path) if t != name and t in dict(modules())}
+    cycles, state = [], {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return cycles
+
+
+def test_no_module_import_cycle():
+    cycles = import_cycles()
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
 def test_the_foundation_imports_nothing_else_in_the_project():
     for name, path in modules():
         if layer(name) == 0:
@@ -120,3 +168,13 @@ def test_the_walk_sees_an_upward_import(tmp_path):
                                              ("training.lora_sft", 4)])
 def test_layer_table(module, expected):
     assert layer(module) == expected
+
+
+def test_the_cycle_walk_sees_a_cycle(monkeypatch, tmp_path):
+    """The check can fail: two modules that import each other are reported."""
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("from data_builders.b import x\n")
+    b.write_text("from data_builders.a import y\n")
+    monkeypatch.setattr(__import__(__name__), "modules", lambda: [("data_builders.a", a), ("data_builders.b", b)])
+    monkeypatch.setattr(__import__(__name__), "_is_module", lambda name: True)
+    assert import_cycles() == [["data_builders.a", "data_builders.b", "data_builders.a"]]
