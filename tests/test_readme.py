@@ -19,10 +19,10 @@ COMMAND_YAML = re.compile(r"(?:-m\s+([\w.]+)|([\w/]+\.py))\s+([\w./-]+\.ya?ml)\b
 
 def program_types(program: str) -> tuple[type, ...]:
     """The config dataclasses each program parses (as its main() passes them to parse_config)."""
-    if program == "inference.commands.evaluate":
-        from inference.commands.evaluate import EngineConfig, EvalConfig, GateMethodConfig, MethodConfig, PromptConfig
+    if program in ("inference.commands.evaluate", "inference.commands.sweep"):
+        from inference.commands.evaluate import CONFIG_TYPES
 
-        return EvalConfig, MethodConfig, PromptConfig, EngineConfig, GateMethodConfig
+        return CONFIG_TYPES
     if program == "training/adapt_llm.py":
         from data_builders.adapt_llm import AdaptDataConfig
         from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig
@@ -64,7 +64,8 @@ def test_every_yaml_readme_names_parses_with_its_program(program, path):
     assert (ROOT / path).is_file(), f"README runs {program} with {path}, which does not exist"
     types = program_types(program)
     data = yaml.safe_load((ROOT / path).read_text(encoding="utf-8"))
-    if program == "inference.commands.evaluate" and "sweep" in data:  # a sweep recipe: every point is built and checked
+    assert (program == "inference.commands.sweep") == ("sweep" in data), f"{path}: a recipe runs with the sweep command"
+    if program == "inference.commands.sweep":  # a sweep recipe: every point is built and checked
         from inference.commands import sweep
 
         settings, grid = sweep.load_recipe(ROOT / path)
