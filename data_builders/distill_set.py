@@ -33,13 +33,14 @@ from typing import Any, ClassVar, Literal
 from tqdm.auto import tqdm
 
 from data_builders.distill_schema import check_row, to_dataset_dict
-from data_builders.question_sets import QuestionsConfig, file_hash, load_questions, source_hash
+from data_builders.question_sets import QuestionsConfig, check_dataset, file_hash, load_questions, source_hash
 from inference.core.atomic_files import atomic_folder, write_text_atomic
-from inference.core.config import config_dict, parse_config, run_cli, save_config
+from inference.core.config import ConfigError, config_dict, parse_config, run_cli, save_config
 from inference.core.record_log import FolderLock, RecordLog, check_same_settings
 from inference.core.records import QAExample
 from inference.core.retriever import join_query
 from inference.core.wandb_logging import check_report_to, log_run
+from inference.eval_checks import check_index_folder, check_model_name, check_output_dir
 from inference.iter_retgen import IterRetGen, IterRetGenConfig, LMGenerator
 from inference.iter_retgen_prompts import PromptStyle
 from retrieval_adapt.dense import DenseRetriever
@@ -173,9 +174,25 @@ def _load_models(cfg: RetrievalAdaptDataConfig):
     return retriever, loop, reranker
 
 
+def check_inputs(qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, *, models_given: bool = False) -> None:
+    """Everything the builder reads, checked before OUT is created: a mistake ends in one line and leaves no
+    folder (a config.yaml written first would bind a later, correct run to the wrong settings)."""
+    check_dataset(qcfg.question_set(), qcfg.dataset_format)
+    try:
+        check_output_dir(cfg.out)
+    except ConfigError as err:
+        raise ConfigError(str(err).replace("--output_dir", "--out", 1)) from err
+    if not models_given:  # test doubles replace the index and the models
+        check_index_folder(cfg.index_dir, cfg.query_encoder, flag="--index_dir")
+        check_model_name(cfg.generator, flag="--generator")
+        if not (cfg.reranker == "llm" and cfg.reranker_model == cfg.generator):
+            check_model_name(cfg.reranker_model, flag="--reranker_model")
+
+
 def build(qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, *, models=None):
     """Run (or resume) the builder; ``models`` = (retriever, IterRetGen loop, reranker) injects test doubles.
     The output folder is locked for the run: a second builder on it fails at once instead of mixing its rows in."""
+    check_inputs(qcfg, cfg, models_given=models is not None)
     out = Path(cfg.out)
     with FolderLock(out):
         return _build(out, qcfg, cfg, models)

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from data_builders.question_sets import QuestionsConfig, load_questions
-from inference.core.config import parse_config, run_cli, save_config
+from data_builders.question_sets import QuestionsConfig, check_dataset, load_questions
+from inference.core.config import ConfigError, parse_config, run_cli, save_config
+from inference.eval_checks import check_index_folder, check_model_name, check_output_dir
 from inference.iter_retgen import IterRetGen, IterRetGenConfig, LMGenerator, iteration_curve
 from inference.iter_retgen_prompts import PromptStyle
 from retrieval_adapt.dense import DenseRetriever
@@ -103,8 +104,25 @@ def markdown_report(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_inputs(qcfg: QuestionsConfig, cfg: EvaluateAdaptedConfig, *, retrievers_given: bool = False,
+                 generator_given: bool = False) -> None:
+    """Everything the evaluation reads, checked before OUT is created: a mistake ends in one line, no folder."""
+    check_dataset(qcfg.question_set(), qcfg.dataset_format)
+    try:
+        check_output_dir(cfg.out)
+    except ConfigError as err:
+        raise ConfigError(str(err).replace("--output_dir", "--out", 1)) from err
+    if not retrievers_given:
+        check_index_folder(cfg.index_dir, flag="--index_dir")
+        if cfg.query_encoder:
+            check_model_name(cfg.query_encoder, flag="--query_encoder")
+    if cfg.run_iter_retgen and not generator_given:
+        check_model_name(cfg.generator, flag="--generator")
+
+
 def evaluate(qcfg: QuestionsConfig, cfg: EvaluateAdaptedConfig, *, retrievers: dict | None = None,
              generator=None) -> dict:
+    check_inputs(qcfg, cfg, retrievers_given=retrievers is not None, generator_given=generator is not None)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     save_config(out / "config.yaml", qcfg, cfg)
