@@ -44,7 +44,7 @@ from inference.core.scoring import summarise
 from inference.core.wandb_logging import check_report_to, log_run
 from inference.engine import DynamicRAGEngine, EngineConfig
 from inference.eval_checks import check_device, check_index_folder, check_model_name, check_output_dir
-from inference.eval_folder import SingleProcess, locked_output, read_done, read_done_everywhere
+from inference.eval_folder import SingleProcess, locked_output, merge_shards, read_done, read_done_everywhere
 from inference.gate_eval import (
     GATE_METHODS,
     GateMethodConfig,
@@ -251,6 +251,9 @@ def evaluate_examples(examples: list[QAExample], cfg: EvalConfig, method: Method
         state.wait_for_everyone()
         if not state.is_main_process:
             return {}
+        # every process has finished: one predictions.jsonl, as a single process writes it (also after a resumed
+        # data-parallel run that was interrupted, whose shards a later single process finds)
+        merge_shards(out, [e.id for e in examples])
         return write_metrics(out, examples, cfg, method, gate)
 
 
