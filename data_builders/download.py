@@ -14,7 +14,8 @@ data_builders.corpus --data OUT``).
 Nothing half-done is ever taken for done: a file downloads to ``NAME.part`` and a rerun continues it (an HTTP
 range request; a server that ignores ranges sends it again from the start), it is renamed only once complete and
 its sha256 matches the pinned or recorded one, archives unpack into a temporary folder renamed when whole, and a
-source enters the manifest last. A finished source is skipped on a rerun.
+source enters the manifest last. A finished source is skipped on a rerun. ``ADAPTIVE_RAG_DATA_MIRROR=URL`` fetches
+every file by its name from a mirror folder instead (the manifest still records the release address).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import gzip
 import hashlib
 import json
 import logging
+import os
 import shutil
 import sys
 import tarfile
@@ -44,6 +46,13 @@ from inference.core.records import DataError
 logger = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 CHUNK = 1 << 20
+# A folder URL holding the release files by name (a local mirror, an air-gapped copy): fetched from there instead.
+MIRROR_ENV = "ADAPTIVE_RAG_DATA_MIRROR"
+
+
+def source_url(url: str, save_as: str) -> str:
+    mirror = os.environ.get(MIRROR_ENV)
+    return f"{mirror.rstrip('/')}/{save_as}" if mirror else url
 
 
 def sha256_of(path: Path) -> str:
@@ -157,7 +166,7 @@ def download_source(source: Source, out: Path, *, show_progress: bool = True) ->
         target = folder / remote.save_as
         expected = remote.sha256 or recorded.get(remote.save_as, {}).get("sha256")
         if not target.is_file():
-            fetch(remote.url, target, show_progress=show_progress)
+            fetch(source_url(remote.url, remote.save_as), target, show_progress=show_progress)
         digest = _check(target, expected, remote.url)
         downloads[remote.save_as] = {"url": remote.url, "bytes": target.stat().st_size, "sha256": digest,
                                      "sha256_pinned": bool(remote.sha256)}

@@ -276,3 +276,44 @@ def test_the_corpus_command_pools_a_downloaded_folder(server, tmp_path, monkeypa
     with pytest.raises(SystemExit) as exit_:
         corpus_main(["--data", str(tmp_path), "-o", str(tmp_path / "c.jsonl")])
     assert exit_.value.code == 2
+
+
+def test_readme_hotpotqa_sequence_runs_on_a_fresh_clone(server, tmp_path):
+    """README's HotpotQA sequence, read from README now, run in order in an empty folder (a fresh clone's working
+    directory) with the download served from release-shaped fixtures; a tiny model and one question stand in
+    for SmolLM2 and questions 400-499."""
+    import os
+    import re
+    import shlex
+    import subprocess
+    import sys
+
+    from conftest import tiny_llama
+
+    from inference.core.models import load_tokenizer
+
+    root, base = server
+    _release_files(root)
+    repo = Path(__file__).resolve().parents[1]
+    readme = (repo / "README.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
+                 if "data_builders.download hotpotqa" in b and "hotpotqa_table.yaml" in b)
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    for folder in ("bench", "inference", "training", "retrieval_adapt", "data_builders"):
+        (clone / folder).symlink_to(repo / folder)
+    tokenizer = load_tokenizer("smollm2-135m")
+    tiny_llama(len(tokenizer)).save_pretrained(tmp_path / "tiny")
+    tokenizer.save_pretrained(tmp_path / "tiny")
+    env = {**os.environ, "PYTHONPATH": str(repo), "HF_HUB_OFFLINE": "1", dl.MIRROR_ENV: base}
+    for line in block.strip().splitlines():
+        argv = shlex.split(line, comments=True)
+        assert argv[:2] == ["python", "-m"], line
+        if "hotpotqa_table.yaml" in line:  # the stand-ins; everything else as README says
+            argv += ["--model", str(tmp_path / "tiny"), "--start", "0", "--limit", "1", "--max_new_tokens", "4"]
+        done = subprocess.run([sys.executable, *argv[1:]], cwd=clone, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, f"{line}\n{done.stderr[-2000:]}"
+    assert (clone / "data" / "manifest.json").is_file()
+    assert len(list((clone / "runs" / "hotpotqa" / "table").glob("*/predictions.jsonl"))) == 9
+    assert (clone / "runs" / "reports" / "hotpotqa" / "results.md").is_file()
