@@ -96,3 +96,10 @@ def test_readme_stands_alone():
     for doc in re.findall(r"`(docs/[\w.-]+\.md)`", text):
         assert (ROOT / doc).is_file(), doc
     assert {"docs/data.md", "docs/papers.md"} <= set(re.findall(r"`(docs/[\w.-]+\.md)`", text))
+
+
+def test_docs_name_only_files_that_exist():
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        text = doc.read_text(encoding="utf-8")
+        missing = [p for p in missing_paths(text) if not p.startswith(("runs/", "data/"))]
+        assert missing == [], (doc.name, missing)
