@@ -1,7 +1,7 @@
 """Build retrieval corpora: cut articles into DPR-style 100-word passages, or pool the paragraphs
 that datasets ship into one deduplicated corpus.
 
-    python -m data_builders.corpus --shared-data ../shared/data -o runs/corpus.jsonl
+    python -m data_builders.corpus --data data -o runs/corpus.jsonl      # a `data_builders.download` folder
     python -m data_builders.corpus ircot:dev_subsampled.jsonl wiki.tsv -o runs/corpus.jsonl
 
 An input is ``PATH`` (format detected) or ``FORMAT:PATH`` with a format of
@@ -10,6 +10,7 @@ An input is ``PATH`` (format detected) or ``FORMAT:PATH`` with a format of
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Iterable, Sequence
@@ -117,6 +118,20 @@ def pooled_shared_corpus(shared_data_dir: str | Path) -> list[Passage]:
     return pool_corpus(read_corpus(root / rel, fmt) for rel, fmt in SHARED_CORPUS_INPUTS)  # type: ignore[arg-type]
 
 
+def downloaded_corpus_inputs(data_dir: str | Path) -> list[tuple[Path, str]]:
+    """The paragraph files of a ``python -m data_builders.download`` folder (its ``manifest.json``): every
+    paragraph its question files ship and its passage files, except the DPR Wikipedia split (21M passages: index
+    ``dpr-wiki/psgs_w100.tsv`` directly rather than pooling it in memory)."""
+    root = Path(data_dir)
+    manifest_path = root / "manifest.json"
+    if not manifest_path.is_file():
+        raise DataError("no manifest.json: not a folder written by `python -m data_builders.download`",
+                        source=str(root))
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    return [(root / rel, fmt) for entry in manifest.values() for rel, fmt in entry.get("corpus", [])
+            if fmt != "dpr_tsv"]
+
+
 def parse_input(spec: str) -> tuple[Path, str | None]:
     """``FORMAT:PATH`` or ``PATH``; only a known format name counts as a prefix."""
     head, sep, tail = spec.partition(":")
@@ -135,7 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="*",
         help=f"PATH or FORMAT:PATH; formats: {', '.join(CORPUS_FORMATS)} or a QA format that ships paragraphs",
     )
-    parser.add_argument("--shared-data", type=Path, help="add the SPEC.md development corpus from this shared/data dir")
+    parser.add_argument("--data", type=Path, help="add the paragraphs of a `python -m data_builders.download` folder")
+    parser.add_argument("--shared-data", type=Path, help="add the development corpus from a shared/data dir")
     parser.add_argument("-o", "--output", type=Path, required=True, help="canonical passage JSONL to write")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -143,8 +159,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     specs = [parse_input(s) for s in args.inputs]
     if args.shared_data:
         specs += [(args.shared_data / rel, fmt) for rel, fmt in SHARED_CORPUS_INPUTS]
+    if args.data:
+        try:
+            specs += downloaded_corpus_inputs(args.data)
+        except DataError as e:
+            parser.exit(2, f"error: {e}\n")
     if not specs:
-        parser.error("give at least one input or --shared-data")
+        parser.error("give at least one input, --data or --shared-data")
     if args.output.is_dir():  # checked before the inputs are read, which can take minutes
         parser.error(f"-o {args.output} is a folder; name the JSONL file to write")
     try:

@@ -33,6 +33,7 @@ from adaptive_rag.plumbing.records import Passage, QAExample
 from data_builders import readers_processed as proc
 from data_builders import readers_release as rel
 from data_builders.readers_hf import read_hf_qa
+from data_builders.readers_iirc import parse_iirc
 from data_builders.source_files import (
     Loc,
     Parsed,
@@ -77,6 +78,7 @@ QAFormat = Literal[
     "nq_open",
     "qa_json",
     "dpr_qa_tsv",
+    "iirc",
 ]
 CorpusFormat = Literal["passages_jsonl", "dpr_tsv", "flashrag_jsonl", "title_text_json", "strategyqa_paragraphs"]
 QA_FORMATS: tuple[str, ...] = get_args(QAFormat)
@@ -155,6 +157,7 @@ _QA_PARSERS: dict[str, tuple[Callable[[Path], list[Record]], Parser]] = {
     "nq_open": (load_json_records, lambda p, r: rel.parse_plain_qa(r, "nq")),
     "qa_json": (load_json_records, lambda p, r: rel.parse_plain_qa(r, dataset_name(p))),
     "dpr_qa_tsv": (rel.load_dpr_qa_tsv, lambda p, r: rel.parse_plain_qa(r, dataset_name(p))),
+    "iirc": (load_json_records, lambda p, r: parse_iirc(r)),
 }
 _CORPUS_READERS: dict[str, Callable[[Path], list[tuple[Loc, Passage]]]] = {
     "passages_jsonl": lambda p: [
@@ -192,6 +195,7 @@ def _sniff_record(obj: Any, suffix: str) -> str | None:
         ),
         ({"_id", "supporting_facts"} <= keys, "hotpotqa"),
         ({"qid", "question"} <= keys and isinstance(obj.get("answer"), bool), "strategyqa"),
+        ({"questions", "links", "title", "text"} <= keys, "iirc"),
         ({"id", "question", "answers"} <= keys, "qa_jsonl"),
         (suffix == ".jsonl" and {"question", "answer"} <= keys and isinstance(obj.get("answer"), list), "nq_open"),
         ("question" in keys and bool({"answer", "answers"} & keys), "qa_json"),

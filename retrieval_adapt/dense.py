@@ -11,7 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import faiss
+try:
+    import faiss
+except ImportError as err:  # faiss is an extra: one build of it, cpu or gpu (both install the module `faiss`)
+    raise ImportError("faiss is not installed: pip install -e '.[cpu]' (faiss-cpu) or -e '.[gpu]' "
+                      "(faiss-gpu-cu12), or `make setup`, which picks one") from err
 import numpy as np
 import torch
 

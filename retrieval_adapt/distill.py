@@ -126,6 +126,20 @@ def _resume(cfg: DistillConfig, accelerator, out: Path, metrics: MetricsLog) -> 
     return state
 
 
+def check_inputs(cfg: DistillConfig) -> None:
+    """The data and the index exist, checked before output_dir is created: a mistake leaves no folder (a
+    config.yaml written first would make a later, correct run look like a resume of other settings)."""
+    if not (Path(cfg.data_dir) / "dataset").is_dir():
+        raise FileNotFoundError(f"--data_dir {cfg.data_dir}: no dataset/ folder in it; build it with "
+                                "`python -m training.distill_set`")
+    if not (Path(cfg.index_dir) / "meta.json").is_file():
+        raise FileNotFoundError(f"--index_dir {cfg.index_dir}: not an index folder (no meta.json); build one with "
+                                "`python -m retrieval_adapt.build_index --kind dense`")
+    out = Path(cfg.output_dir)
+    if out.exists() and not out.is_dir():
+        raise FileNotFoundError(f"--output_dir {cfg.output_dir} is a file, not a folder")
+
+
 def train(cfg: DistillConfig, accelerator=None) -> dict:
     """Run (or resume) distillation; returns the whole run's best validation loss and its step (a resumed run
     included: the state comes from the checkpoint). The output folder is locked for the run."""
@@ -137,6 +151,7 @@ def train(cfg: DistillConfig, accelerator=None) -> dict:
     accelerator = accelerator or Accelerator(log_with="wandb" if cfg.report_to == "wandb" else None,
                                              dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
     out = Path(cfg.output_dir)
+    check_inputs(cfg)
     if cfg.push_to_hub and hub_offline():
         logger.warning("push_to_hub %s is set but HF_HUB_OFFLINE=1: the run trains and saves locally, and the push "
                        "at the end will fail", cfg.push_to_hub)

@@ -172,7 +172,8 @@ class GracefulStop:
     """``with GracefulStop() as stop:`` the first Ctrl-C (SIGINT, or SIGTERM as a scheduler or ``accelerate launch``
     sends it) only sets ``stop.requested``: the loop finishes its step, saves a checkpoint and stops. The handlers
     are then back to normal, so a second Ctrl-C interrupts at once (losing only the steps since the last checkpoint,
-    as checkpoints are written whole). Outside the main thread signals cannot be caught and nothing changes."""
+    as checkpoints are written whole). Each handler is given back as it was found; a signal ignored on entry is left
+ignored. Outside the main thread signals cannot be caught and nothing changes."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -193,7 +194,10 @@ class GracefulStop:
 
     def __enter__(self) -> GracefulStop:
         if threading.current_thread() is threading.main_thread():
-            self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+            # A signal ignored on entry stays ignored: the launcher asked for it (a background job of a script
+            # or CI runner ignores SIGINT, nohup SIGHUP), and a Ctrl-C meant for the foreground must not stop us.
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS
+                              if signal.getsignal(sig) != signal.SIG_IGN}
         return self
 
     def __exit__(self, *exc) -> None:

@@ -520,3 +520,18 @@ def test_training_frees_its_model_before_the_evaluation_loads_one(tiny_dir, data
     monkeypatch.setattr(adaptive_rag.lm.models, "load_causal_lm", recording)
     train_adapt(data_cfg, _train_cfg(tmp_path / "model"), dsd)
     assert len(models) == 1 and models[0]() is None
+
+
+def test_resumed_run_outlives_its_rotated_checkpoint(tiny_dir, data, tmp_path):
+    """save_total_limit rotates the checkpoint a rerun resumed from away before training ends: the rerun still
+    writes the adapter and the whole run's train_results.json (the step is read before training)."""
+    data_cfg, dsd = data
+    out = tmp_path / "model"
+    train_adapt(data_cfg, _train_cfg(out, max_steps=1, save_total_limit=1), dsd)
+    assert (out / "checkpoint-1").is_dir()
+    (out / "train_results.json").unlink()  # as after a kill: the first session never reached its end
+    second = train_adapt(data_cfg, _train_cfg(out, max_steps=3, save_total_limit=1), dsd)
+    assert not (out / "checkpoint-1").exists() and (out / "checkpoint-3").is_dir()  # rotated away
+    assert second["sessions"] == 2 and second["global_step"] == 3
+    assert json.loads((out / "train_results.json").read_text())["sessions"] == 2
+    assert (out / "adapter_model.safetensors").is_file()

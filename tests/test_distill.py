@@ -229,10 +229,17 @@ def test_ctrl_c_saves_the_step_and_the_resumed_run_logs_each_step_once(setup, tm
         if record["step"] == 3 and "kl" in record:
             signal.raise_signal(signal.SIGINT)
 
+    def found(signum, frame):  # the handler the run finds: any, as a test may start with SIGINT ignored
+        raise AssertionError("the run's own handler should have taken this Ctrl-C")
+
     monkeypatch.setattr(distill, "_log", ctrl_c_at_step_3)
-    with pytest.raises(KeyboardInterrupt, match="stopped at step 3, saved in .*checkpoint-3: rerun"):
-        train(_config(setup, out, max_steps=5, eval_steps=2))
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is given back
+    entry = signal.signal(signal.SIGINT, found)
+    try:
+        with pytest.raises(KeyboardInterrupt, match="stopped at step 3, saved in .*checkpoint-3: rerun"):
+            train(_config(setup, out, max_steps=5, eval_steps=2))
+        assert signal.getsignal(signal.SIGINT) is found  # the handler is given back as it was found
+    finally:
+        signal.signal(signal.SIGINT, entry)
     # eval_steps=2 saves at 2 and 4: checkpoint-3 exists only because Ctrl-C kept the step in flight
     assert sorted(p.name for p in out.glob("checkpoint*")) == ["checkpoint-2", "checkpoint-3"]
     monkeypatch.setattr(distill, "_log", real_log)
@@ -319,3 +326,29 @@ def test_locked_output_folder_fails_in_one_line_and_stale_lock_is_taken_over(set
     with caplog.at_level(logging.WARNING):
         assert run_cli(module.main, argv=[str(path)]) == 0
     assert "taking over a stale lock" in caplog.text and not lock.exists()
+
+
+@pytest.mark.parametrize("entry", ["ignored", "default", "custom"])
+def test_graceful_stop_gives_each_handler_back_as_found(entry):
+    """A signal ignored on entry (a background job, nohup) stays ignored inside and after; any other handler is
+    replaced inside and given back, the very same object, after."""
+    import signal
+
+    from retrieval_adapt.distill_checkpoints import GracefulStop
+
+    handler = {"ignored": signal.SIG_IGN, "default": signal.default_int_handler, "custom": lambda s, f: None}[entry]
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        with GracefulStop() as stop:
+            inside = signal.getsignal(signal.SIGINT)
+            if entry == "ignored":
+                assert inside == signal.SIG_IGN
+                signal.raise_signal(signal.SIGINT)  # nothing happens
+                assert not stop.requested
+            else:
+                assert inside == stop._handle
+                signal.raise_signal(signal.SIGINT)
+                assert stop.requested and signal.getsignal(signal.SIGINT) is handler  # a second Ctrl-C is theirs
+        assert signal.getsignal(signal.SIGINT) is handler
+    finally:
+        signal.signal(signal.SIGINT, previous)

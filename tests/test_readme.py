@@ -103,7 +103,8 @@ def test_readme_builds_every_corpus_its_index_commands_read():
 
 
 def test_eval_example_yaml_is_the_one_readme_launches():
-    assert "accelerate launch -m inference.commands.evaluate inference/configs/eval_example.yaml" in README
+    assert ("python -m torch.distributed.run --standalone --nproc_per_node 2 -m inference.commands.evaluate "
+            "inference/configs/eval_example.yaml --output_dir runs/eval/example-dragin-2proc") in README
     cfg, method, *_ = parse_config(program_types("inference.commands.evaluate"),
                                    [str(ROOT / "inference" / "configs" / "eval_example.yaml")])
     assert method.method == "dragin" and cfg.dataset == "world-two-hop"

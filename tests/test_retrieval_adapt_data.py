@@ -219,7 +219,10 @@ def test_locked_output_folder_fails_in_one_line_and_stale_lock_is_taken_over(wor
 
     out = tmp_path / "d"
     _lock(out, os.getppid())  # a live process holds the folder
-    assert run_cli(main, argv=["--out", str(out), "--limit", "3", "--show_progress", "false"]) == 2
+    (tmp_path / "idx").mkdir()  # the inputs are checked first: they must pass for the lock to be reached
+    (tmp_path / "idx" / "meta.json").write_text('{"kind": "bm25"}')
+    argv = ["--out", str(out), "--limit", "3", "--show_progress", "false", "--index_dir", str(tmp_path / "idx")]
+    assert run_cli(main, argv=argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "is being written" in err and err.count("\n") == 1
     assert sorted(p.name for p in out.iterdir()) == [".lock"]  # nothing written

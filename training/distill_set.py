@@ -35,12 +35,14 @@ from tqdm.auto import tqdm
 from adaptive_rag.plumbing.atomic_files import atomic_folder, write_text_atomic
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import config_dict, parse_config, save_config
+from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.record_log import FolderLock, RecordLog, check_same_settings
 from adaptive_rag.plumbing.records import QAExample
 from adaptive_rag.plumbing.retriever import join_query
 from adaptive_rag.plumbing.wandb_logging import check_report_to, log_run
 from data_builders.distill_schema import check_row, to_dataset_dict
-from data_builders.question_loader import QuestionsConfig, file_hash, load_questions, source_hash
+from data_builders.question_loader import QuestionsConfig, check_dataset, file_hash, load_questions, source_hash
+from inference.commands.eval_checks import check_index_folder, check_model_name, check_output_dir
 from inference.dynamic_rag.methods import PRESETS
 from inference.iter_retgen.loop import IterRetGen, IterRetGenConfig, LMGenerator
 from inference.iter_retgen.prompts import PromptStyle
@@ -175,9 +177,25 @@ def _load_models(cfg: RetrievalAdaptDataConfig):
     return retriever, loop, reranker
 
 
+def check_inputs(qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, *, models_given: bool = False) -> None:
+    """Everything the builder reads, checked before OUT is created: a mistake ends in one line and leaves no
+    folder (a config.yaml written first would bind a later, correct run to the wrong settings)."""
+    check_dataset(qcfg.question_set(), qcfg.dataset_format)
+    try:
+        check_output_dir(cfg.out)
+    except ConfigError as err:
+        raise ConfigError(str(err).replace("--output_dir", "--out", 1)) from err
+    if not models_given:  # test doubles replace the index and the models
+        check_index_folder(cfg.index_dir, cfg.query_encoder, flag="--index_dir")
+        check_model_name(cfg.generator, flag="--generator")
+        if not (cfg.reranker == "llm" and cfg.reranker_model == cfg.generator):
+            check_model_name(cfg.reranker_model, flag="--reranker_model")
+
+
 def build(qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, *, models=None):
     """Run (or resume) the builder; ``models`` = (retriever, IterRetGen loop, reranker) injects test doubles.
     The output folder is locked for the run: a second builder on it fails at once instead of mixing its rows in."""
+    check_inputs(qcfg, cfg, models_given=models is not None)
     out = Path(cfg.out)
     with FolderLock(out):
         return _build(out, qcfg, cfg, models)

@@ -20,7 +20,9 @@ from typing import ClassVar, Literal
 
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config, save_config
-from data_builders.question_loader import QuestionsConfig, load_questions
+from adaptive_rag.plumbing.errors import ConfigError
+from data_builders.question_loader import QuestionsConfig, check_dataset, load_questions
+from inference.commands.eval_checks import check_index_folder, check_model_name, check_output_dir
 from inference.dynamic_rag.methods import PRESETS
 from inference.iter_retgen.loop import IterRetGen, IterRetGenConfig, LMGenerator, iteration_curve
 from inference.iter_retgen.prompts import PromptStyle
@@ -105,8 +107,25 @@ def markdown_report(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_inputs(qcfg: QuestionsConfig, cfg: EvaluateAdaptedConfig, *, retrievers_given: bool = False,
+                 generator_given: bool = False) -> None:
+    """Everything the evaluation reads, checked before OUT is created: a mistake ends in one line, no folder."""
+    check_dataset(qcfg.question_set(), qcfg.dataset_format)
+    try:
+        check_output_dir(cfg.out)
+    except ConfigError as err:
+        raise ConfigError(str(err).replace("--output_dir", "--out", 1)) from err
+    if not retrievers_given:
+        check_index_folder(cfg.index_dir, flag="--index_dir")
+        if cfg.query_encoder:
+            check_model_name(cfg.query_encoder, flag="--query_encoder")
+    if cfg.run_iter_retgen and not generator_given:
+        check_model_name(cfg.generator, flag="--generator")
+
+
 def evaluate(qcfg: QuestionsConfig, cfg: EvaluateAdaptedConfig, *, retrievers: dict | None = None,
              generator=None) -> dict:
+    check_inputs(qcfg, cfg, retrievers_given=retrievers is not None, generator_given=generator is not None)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     save_config(out / "config.yaml", qcfg, cfg)

@@ -339,6 +339,8 @@ def _train_locked(state: Any, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainCo
         model.print_trainable_parameters()
     has_eval = len(dsd["validation"]) > 0
     previous_sessions = previous_runtimes(resume)
+    # Read now: save_total_limit may rotate the resumed checkpoint away before training ends.
+    resume_step = checkpoint_step(resume) if resume else None
     trainer = SFTTrainer(model=model, args=sft_config(train_cfg, state.num_processes, has_eval),
                          train_dataset=tokenize_split(dsd["train"], tokenizer, max_length=train_cfg.max_length),
                          eval_dataset=tokenize_split(dsd["validation"], tokenizer, max_length=train_cfg.max_length)
@@ -348,7 +350,7 @@ def _train_locked(state: Any, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainCo
     result = trainer.train(resume_from_checkpoint=resume)
     session = dict(result.metrics)
     previous = out / "train_results.json"
-    if resume and trainer.state.global_step == checkpoint_step(resume) and previous.is_file():
+    if resume_step is not None and trainer.state.global_step == resume_step and previous.is_file():
         # A finished run resumed: no step ran, and the trainer reports loss 0; keep the run's real figures.
         metrics = {**json.loads(previous.read_text()), "resumed_without_new_steps": True}
     else:

@@ -1,16 +1,20 @@
 """The output folder of an evaluation run: one writer at a time, and the predictions already in it (resume).
 
-Under ``accelerate launch`` every process appends to its own ``predictions.rankN.jsonl``; the main process holds
-the folder's lock for all of them. One process alone (the ADAPT-LLM training job's evaluation) passes
-:class:`SingleProcess` where accelerate's state would go.
+Under a multi-process launch every process appends to its own ``predictions.rankN.jsonl``; the main process holds
+the folder's lock for all of them and, once every process has finished, folds the shards into ``predictions.jsonl``
+(:func:`merge_shards`), so a data-parallel folder ends like a single-process one. One process alone (the ADAPT-LLM
+training job's evaluation) passes :class:`SingleProcess` where accelerate's state would go.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from adaptive_rag.plumbing.atomic_files import fsync_dir, write_text_atomic
 from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.record_log import FolderInUseError, FolderLock, RecordLog
 from adaptive_rag.plumbing.records import PredictionRecord
@@ -74,3 +78,35 @@ def read_done_everywhere(out: Path, state) -> dict[str, PredictionRecord]:
         done = read_done(out)
     state.wait_for_everyone()
     return done
+
+
+def merge_shards(out: Path, order: list[str]) -> int:
+    """Fold every ``predictions.rankN.jsonl`` (and the ``predictions.jsonl`` already there) into
+    ``predictions.jsonl``, records in question-set ``order`` (ids outside it after, in file order; the first record
+    of an id kept, as :func:`read_done` keeps it), then delete the shards. Returns how many shards were merged.
+
+    The merged file replaces the old one whole before any shard is deleted, so a kill at any point loses nothing:
+    a resumed run reads both and keeps one record per id."""
+    shards = sorted(out.glob("predictions.rank*.jsonl"))
+    if not shards:
+        return 0
+    merged: dict[str, dict] = {}
+    for path in [out / "predictions.jsonl", *shards]:
+        for rec in RecordLog(path, key="id").read():
+            merged.setdefault(rec["id"], rec)
+    position = {qid: i for i, qid in enumerate(order)}
+    records = sorted(merged.values(), key=lambda rec: position.get(rec["id"], len(position)))  # stable sort
+    write_text_atomic(out / "predictions.jsonl", "".join(_line(rec) for rec in records))
+    for path in shards:
+        os.remove(path)
+    fsync_dir(out)
+    return len(shards)
+
+
+def _line(rec: dict) -> str:
+    text = json.dumps(rec, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, as RecordLog writes it: escaped
+        text = json.dumps(rec)
+    return text + "\n"

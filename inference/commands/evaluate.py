@@ -57,7 +57,7 @@ from inference.adapt_gate.gate_eval import (
 )
 from inference.commands import eval_data
 from inference.commands.eval_checks import check_device, check_index_folder, check_model_name, check_output_dir
-from inference.commands.eval_folder import SingleProcess, locked_output, read_done, read_done_everywhere
+from inference.commands.eval_folder import SingleProcess, locked_output, merge_shards, read_done, read_done_everywhere
 from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
 from inference.dynamic_rag.methods import MethodConfig
 from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
@@ -257,6 +257,9 @@ def evaluate_examples(examples: list[QAExample], cfg: EvalConfig, method: Method
         state.wait_for_everyone()
         if not state.is_main_process:
             return {}
+        # every process has finished: one predictions.jsonl, as a single process writes it (also after a resumed
+        # data-parallel run that was interrupted, whose shards a later single process finds)
+        merge_shards(out, [e.id for e in examples])
         return write_metrics(out, examples, cfg, method, gate)
 
 

@@ -53,6 +53,18 @@ class Point:
     values: dict[str, Any]  # every field of every config dataclass, as the point runs
 
 
+def is_sweep_recipe(argv: Sequence[str] | None) -> bool:
+    """True when the command line starts with a YAML file that has a ``sweep:`` key."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or not argv[0].endswith((".yaml", ".yml")) or not Path(argv[0]).is_file():
+        return False
+    try:
+        data = yaml.safe_load(Path(argv[0]).read_text(encoding="utf-8"))
+    except yaml.YAMLError:
+        return False
+    return isinstance(data, dict) and "sweep" in data
+
+
 # --- the recipe and its grid ----------------------------------------------------------------------------------
 
 def load_recipe(path: str | Path) -> tuple[dict[str, Any], dict[str, list[Any]]]:
