@@ -58,6 +58,6 @@ def test_a_sweep_recipe_without_output_dir_gets_its_own_folder(tmp_path, monkeyp
 
     recipe = tmp_path / "grid.yaml"
     recipe.write_text(yaml.safe_dump({"dataset": "world-two-hop", "limit": 1, "sweep": {"method": ["wo-rag"]}}))
-    types = (ev.EvalConfig, ev.MethodConfig, ev.PromptConfig, ev.EngineConfig, ev.GateMethodConfig)
-    sweep.main([str(recipe)], types, fake_evaluate)
+    monkeypatch.setattr(ev, "evaluate", fake_evaluate)
+    sweep.main([str(recipe)])
     assert calls == [str(Path("runs/sweeps/grid") / "method=wo-rag")]

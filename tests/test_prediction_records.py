@@ -158,7 +158,7 @@ def test_the_gates_old_depth_name_fails_naming_top_k(tmp_path, old):
     recipe = tmp_path / "sweep.yaml"
     recipe.write_text(yaml.safe_dump({"method": "adapt-llm", "sweep": {old: [1, 2]}}))
     with pytest.raises(ConfigError, match=f"{old} was renamed: use top_k"):
-        sweep.main([str(recipe)], EVAL_TYPES, lambda *a: {})
+        sweep.main([str(recipe)])
     assert parse_config(EVAL_TYPES, ["--method", "adapt-llm", "--top_k", "2"])[1].top_k == 2
 
 
