@@ -35,7 +35,14 @@ from inference.core.atomic_files import recover, remove, write_text_atomic
 from inference.core.progress import bar_options
 from inference.core.record_log import FolderLock
 from inference.core.records import DataError, Passage
-from retrieval_adapt.corpus_store import META, StoreWriter, check_replaceable, index_writer, passage_line
+from retrieval_adapt.corpus_store import (
+    META,
+    StoreWriter,
+    check_replaceable,
+    check_sample,
+    index_writer,
+    passage_line,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -368,7 +375,7 @@ def build_streamed(passages: Iterable[Passage], out_dir: str | Path, *, settings
             manifest, state = stream_chunks(passages, work, settings, source or {}, show_progress=show_progress)
             with index_writer(out) as tmp:
                 meta = assemble(work, manifest, state, settings, tmp, show_progress=show_progress)
-                meta["check_sample"] = _check_sample(meta["num_passages"], tmp)
+                meta["check_sample"] = check_sample(tmp, meta["num_passages"])
                 (tmp / META).write_text(json.dumps(meta, indent=2))
                 if add_files is not None:
                     add_files(tmp)
@@ -377,12 +384,3 @@ def build_streamed(passages: Iterable[Passage], out_dir: str | Path, *, settings
             raise
         remove(work)
     return meta
-
-
-def _check_sample(n: int, folder: Path, size: int = 32) -> list[list[Any]]:
-    """(position, id) of passages spread over the store, which ``check_index`` looks up by their own text."""
-    from retrieval_adapt.corpus_store import load_passages
-
-    store = load_passages(folder)
-    positions = sorted({int(i) for i in np.linspace(0, n - 1, num=min(size, n))})
-    return [[i, store[i].id] for i in positions]

@@ -147,7 +147,15 @@ def save_store(out_dir: str | Path, passages: Iterable[Passage], meta: dict[str,
     for p in passages:
         writer.add(p)
     n, digest = writer.close()
-    (out / META).write_text(json.dumps({**meta, "num_passages": n, "passages_sha256": digest}, indent=2))
+    meta = {**meta, "num_passages": n, "passages_sha256": digest, "check_sample": check_sample(out, n)}
+    (out / META).write_text(json.dumps(meta, indent=2))
+
+
+def check_sample(folder: Path, n: int, size: int = 32) -> list[list[Any]]:
+    """(position, id) of passages spread over a written store, which ``check_index`` looks up by their own text."""
+    store = load_passages(folder)
+    positions = sorted({int(i) for i in np.linspace(0, n - 1, num=min(size, n))}) if n else []
+    return [[i, store[i].id] for i in positions]
 
 
 def load_meta(index_dir: str | Path) -> dict[str, Any]:
@@ -197,8 +205,11 @@ class PassageStore(Sequence[Passage]):
             raise IndexError(f"passage {i} of {n}")
         i %= n
         start, end = int(self.offsets[i]), int(self.offsets[i + 1])
-        return Passage.from_dict(json.loads(os.pread(self._fd, end - start, start)), source=str(self.path),
-                                 record=i)
+        try:
+            return Passage.from_dict(json.loads(os.pread(self._fd, end - start, start)), source=str(self.path),
+                                     record=i)
+        except ValueError as err:  # a line changed after the build (json's errors are ValueErrors too)
+            raise damaged(self.path.parent, f"{PASSAGES} is damaged at passage {i} ({err})") from err
 
     def __iter__(self) -> Iterator[Passage]:
         with self.path.open(encoding="utf-8") as f:
