@@ -248,22 +248,47 @@ def _write_npy_header(f, dtype: np.dtype, n: int) -> None:
 
 
 def _duplicate_id(work: Path, chunks: list[dict[str, Any]]) -> str | None:
-    """The first id two passages share, or None (a sort of 8-byte id hashes, then the passages themselves)."""
+    """The first id two passages share, or None: a sort of 8-byte id hashes (168 MB at 21M passages), then the
+    chunks' passages holding a repeated hash."""
     hashes = np.concatenate([np.asarray(_read_chunk(work / c["name"])["id_hash"]) for c in chunks])
-    order = np.argsort(hashes, kind="stable")
-    same = np.flatnonzero(hashes[order][1:] == hashes[order][:-1])
-    if not len(same):
+    hashes.sort()
+    repeated = hashes[1:][hashes[1:] == hashes[:-1]]
+    del hashes
+    if not len(repeated):
         return None
-    positions = {int(order[same[0]]), int(order[same[0] + 1])}
-    ids = []
-    base = 0
+    ids: list[str] = []
     for c in chunks:
-        for pos in sorted(positions):
-            if base <= pos < base + c["docs"]:
-                lines = (work / c["name"] / "passages.jsonl").read_bytes().split(b"\n")
-                ids.append(json.loads(lines[pos - base])["id"])
-        base += c["docs"]
-    return ids[0] if len(set(ids)) == 1 else None  # a hash collision of two distinct ids is no duplicate
+        where = np.flatnonzero(np.isin(_read_chunk(work / c["name"])["id_hash"], repeated[:1]))
+        if len(where):
+            lines = (work / c["name"] / "passages.jsonl").read_bytes().split(b"\n")
+            ids += [json.loads(lines[i])["id"] for i in where]
+    return ids[0] if len(set(ids)) < len(ids) else None  # a hash collision of two distinct ids is no duplicate
+
+
+class _Slices:
+    """Reads ranges of a chunk's ``.npy`` arrays with plain reads: a memory map would keep every page it touched
+    counted in the process's memory until the end of the build."""
+
+    def __init__(self, folder: Path, names: tuple[str, ...] = ("rows", "tf")):
+        self.files = {}
+        for name in names:
+            f = (folder / f"{name}.npy").open("rb")
+            version = np.lib.format.read_magic(f)
+            header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            _, _, dtype = header(f)
+            self.files[name] = (f, f.tell(), dtype)
+        self.ucols = np.load(folder / "ucols.npy")
+        self.colptr = np.load(folder / "colptr.npy")
+
+    def read(self, name: str, start: int, end: int) -> np.ndarray:
+        f, offset, dtype = self.files[name]
+        f.seek(offset + start * dtype.itemsize)
+        return np.fromfile(f, dtype=dtype, count=end - start)
+
+    def close(self) -> None:
+        for f, _, _ in self.files.values():
+            f.close()
 
 
 def assemble(work: Path, manifest: _Manifest, state: _State, settings: StreamSettings, out: Path,
@@ -295,7 +320,7 @@ def assemble(work: Path, manifest: _Manifest, state: _State, settings: StreamSet
     tfc_fn = _select_tfc_scorer(settings.method)
     folder = out / BM25_DIR
     folder.mkdir()
-    opened = [_read_chunk(work / c["name"]) for c in chunks]
+    opened = [_Slices(work / c["name"]) for c in chunks]
     with (folder / "data.csc.index.npy").open("wb") as fdata, (folder / "indices.csc.index.npy").open("wb") as fidx:
         _write_npy_header(fdata, np.float32, nnz)
         _write_npy_header(fidx, np.int32, nnz)
@@ -315,6 +340,8 @@ def assemble(work: Path, manifest: _Manifest, state: _State, settings: StreamSet
             bar.update(len(rows))
             c0 = c1
         bar.close()
+    for ch in opened:
+        ch.close()
     np.save(folder / "indptr.csc.index.npy", indptr)
     vocab = dict(state.vocab)
     vocab[""] = n_vocab  # bm25s adds the empty token after the others, outside the matrix
@@ -333,8 +360,7 @@ def assemble(work: Path, manifest: _Manifest, state: _State, settings: StreamSet
             "vocab_size": n_vocab, "nnz": nnz}
 
 
-def _gather_columns(chunks: list[dict[str, np.ndarray]], indptr: np.ndarray, c0: int, c1: int,
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def _gather_columns(chunks: list[_Slices], indptr: np.ndarray, c0: int, c1: int) -> tuple[np.ndarray, np.ndarray]:
     """The (document, tf) entries of terms c0..c1-1 in CSC order: term by term, documents ascending (chunks are
     in document order, and each chunk's entries are sorted by term, then document)."""
     size = int(indptr[c1] - indptr[c0])
@@ -342,17 +368,16 @@ def _gather_columns(chunks: list[dict[str, np.ndarray]], indptr: np.ndarray, c0:
     tf = np.empty(size, dtype=np.int32)
     cursor = (indptr[c0:c1] - indptr[c0]).astype(np.int64)  # next free slot of each term in this pass
     for ch in chunks:
-        ucols, colptr = ch["ucols"], ch["colptr"]
-        i0, i1 = np.searchsorted(ucols, [c0, c1])
+        i0, i1 = np.searchsorted(ch.ucols, [c0, c1])
         if i0 == i1:
             continue
-        ptr = np.asarray(colptr[i0:i1 + 1])
+        ptr = ch.colptr[i0:i1 + 1]
         e0, e1 = int(ptr[0]), int(ptr[-1])
         counts = np.diff(ptr)
-        local = np.asarray(ucols[i0:i1]).astype(np.int64) - c0
+        local = ch.ucols[i0:i1].astype(np.int64) - c0
         dest = np.repeat(cursor[local] - (ptr[:-1] - e0), counts) + np.arange(e1 - e0)
-        rows[dest] = ch["rows"][e0:e1]
-        tf[dest] = ch["tf"][e0:e1]
+        rows[dest] = ch.read("rows", e0, e1)
+        tf[dest] = ch.read("tf", e0, e1)
         cursor[local] += counts
     return rows, tf
 
