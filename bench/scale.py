@@ -5,8 +5,8 @@ the fitted growth, and the projection to the DPR Wikipedia dump (21,015,324 pass
     python bench/scale.py --sizes 20000,40000 --queries 50          # a quick look
 
 Corpora are the embedded world scaled with ``data_builders.world.scale_passages`` (a smaller size is a prefix of a
-larger one), written as passage JSONL. Every measured step runs in its own process, and its peak RSS is that
-process's own (``os.wait4``, what ``/usr/bin/time`` reports): the build (``python -m retrieval_adapt.build_index``),
+larger one), written as passage JSONL. Every measured step runs in its own process under ``/usr/bin/time``, whose
+peak RSS is that process's own: the build (``python -m retrieval_adapt.build_index``),
 one query from a cold process (``python -m retrieval_adapt.search``: imports, load, answer), and a throughput run
 that loads the index and times ``search`` against bm25s's own ``tokenize`` + ``retrieve`` on the same index files.
 Headline ``ratio``: the project's search throughput divided by bm25s's on the largest corpus (1.0 = no overhead).
@@ -22,6 +22,7 @@ import json
 import os
 import random
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,22 +38,16 @@ DPR_CHARS = 600
 
 
 def measured(argv: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS in GB, stdout) of one child process: ``os.wait4`` gives that child's own peak (the
-    ``RUSAGE_CHILDREN`` figure would be the largest of all children so far)."""
-    import tempfile
-
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        start = time.perf_counter()
-        pid = os.posix_spawn(argv[0], argv, {**os.environ, "PYTHONPATH": str(ROOT)},
-                             file_actions=[(os.POSIX_SPAWN_DUP2, out.fileno(), 1),
-                                           (os.POSIX_SPAWN_DUP2, err.fileno(), 2)])
-        _, status, usage = os.wait4(pid, 0)
-        wall = time.perf_counter() - start
-        out.seek(0)
-        err.seek(0)
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise SystemExit(f"failed: {' '.join(argv)}\n{err.read()[-2000:]}")
-        return wall, usage.ru_maxrss / 1024**2, out.read()
+    """(wall seconds, peak RSS in GB, stdout) of one child process, run under ``/usr/bin/time``: a child forked
+    straight from this (large) process would inherit its peak RSS at exec, so the small ``time`` process forks it."""
+    start = time.perf_counter()
+    proc = subprocess.run(["/usr/bin/time", "-f", "PEAK_KB %M", *argv], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    wall = time.perf_counter() - start
+    peak = [line for line in proc.stderr.splitlines() if line.startswith("PEAK_KB ")]
+    if proc.returncode != 0 or not peak:
+        raise SystemExit(f"failed: {' '.join(argv)}\n{proc.stderr[-2000:]}")
+    return wall, int(peak[-1].split()[1]) / 1024**2, proc.stdout
 
 
 def throughput(index: str, queries_file: str, repeats: int) -> None:
