@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inference.core.atomic_files import remove
 from inference.core.config import parse_config, run_cli, save_config
 from inference.core.records import DataError
 from retrieval_adapt.bm25_stream import build_dir
@@ -34,6 +35,7 @@ from retrieval_adapt.dense_scale import (
     encode_shards,
     open_shards,
 )
+from retrieval_adapt.encoders import MeanPoolingEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +49,9 @@ class DenseScaleConfig:
     max_length: int = 256
     batch_size: int = 64
     shard_size: int = 100_000  # passages per shard: the unit of resumption and of work between processes
+    shards_dir: str | None = field(default=None, metadata={"help": "where shards go (default OUT.build)"})
+    keep_shards: bool = field(default=False, metadata={
+        "help": "keep the shards: another index kind is then built from them without encoding again"})
     faiss: ScaleKind = "ivfpq"
     nlist: int = 4096
     nprobe: int = 64
@@ -72,13 +77,11 @@ def build(cfg: DenseScaleConfig) -> dict:
     import torch
     from accelerate import PartialState
 
-    from retrieval_adapt.encoders import MeanPoolingEncoder
-
     # cpu=True: processes started by torchrun on a machine without CUDA join one gloo group (else each runs alone)
     state = PartialState(cpu=not torch.cuda.is_available())
     index_cfg = IndexConfig(corpus=cfg.corpus, corpus_format=cfg.corpus_format, world_seed=cfg.world_seed)
     stream, source = stream_corpus(index_cfg)
-    work = build_dir(Path(cfg.out))
+    work = Path(cfg.shards_dir) if cfg.shards_dir else build_dir(Path(cfg.out))
     encoder = MeanPoolingEncoder.from_name(cfg.encoder, max_length=cfg.max_length,
                                            device=str(state.device) if state.num_processes > 1 else "auto")
     settings = {"encoder": cfg.encoder, "max_length": cfg.max_length, "normalize": encoder.normalize,
@@ -118,9 +121,8 @@ def build(cfg: DenseScaleConfig) -> dict:
             raise DataError(f"{meta['num_passages']} passages but {n} vectors: the corpus changed while encoding",
                             source=cfg.corpus)
         save_config(tmp / "config.yaml", cfg)
-    from inference.core.atomic_files import remove
-
-    remove(work)
+    if not cfg.keep_shards:
+        remove(work)
     report = {"passages": n, "encode_s": encode_s, **stats, "index_bytes": meta["index_bytes"],
               "processes": state.num_processes}
     print(f"built {cfg.faiss} index over {n} passages ({state.num_processes} process(es), encoding "
