@@ -93,6 +93,34 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return float(a), float(b)
 
 
+def bench_dense(n: int, encoder: str, kinds: list[str], work: Path, pq_m: int, refine: int) -> list[dict]:
+    """Dense kinds over one encoding: the first build encodes into a kept shard folder, the others reuse it."""
+    from data_builders.readers import write_passages_jsonl
+    from data_builders.world import build_world, scale_passages
+
+    corpus = work / f"dense-{n}.jsonl"
+    write_passages_jsonl(scale_passages(build_world(), n), corpus)
+    shards = work / f"dense-{n}-shards"
+    shutil.rmtree(shards, ignore_errors=True)
+    rows = []
+    for kind in kinds:
+        for r in ([0, refine] if kind == "ivfpq" and refine else [0]):
+            out = work / f"dense-{n}-{kind}-r{r}"
+            wall, peak, _ = measured([sys.executable, "-m", "retrieval_adapt.build_dense", "--corpus", str(corpus),
+                                      "--encoder", encoder, "--faiss", kind, "--pq_m", str(pq_m), "--refine", str(r),
+                                      "--nlist", str(max(1, n // 39)), "--shards_dir", str(shards),
+                                      "--keep_shards", "true", "--out", str(out)])
+            meta = json.loads((out / "meta.json").read_text())
+            dim = int(np.load(out / "embeddings.npy", mmap_mode="r").shape[1])
+            rows.append({"kind": kind if not r else f"{kind}+refine{r}", "passages": n, "build_s": wall,
+                         "peak_gb": peak, "recall10": meta["recall10_vs_flat"], "index_mb": meta["index_bytes"] / 1e6,
+                         "bytes_per_passage": meta["index_bytes"] / n, "dim": dim})
+            shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(shards, ignore_errors=True)
+    corpus.unlink()
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="250000,500000,1000000", help="corpus sizes, comma-separated")
@@ -101,6 +129,11 @@ def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=100_000)
     parser.add_argument("--workdir", default="runs/bench/scale")
     parser.add_argument("--keep", action="store_true", help="keep the corpora and indexes")
+    parser.add_argument("--dense", type=int, default=0, help="also build dense indexes over this many passages")
+    parser.add_argument("--dense-encoder", default="minilm")
+    parser.add_argument("--dense-kinds", default="flat,hnsw_sq,ivfpq")
+    parser.add_argument("--pq-m", type=int, default=48, help="IVF-PQ bytes per vector (must divide the dimension)")
+    parser.add_argument("--refine", type=int, default=4, help="also IVF-PQ re-ranking refine*k exact candidates")
     parser.add_argument("--throughput", nargs=2, metavar=("INDEX", "QUERIES"), help=argparse.SUPPRESS)
     add_json_arg(parser)
     args = parser.parse_args()
@@ -164,6 +197,18 @@ def main() -> None:
         results[f"{key}_projected_21m"] = a + b * scale
         proj_rows.append([key, a, b * 1e6, a + b * scale])
     print_table(["figure", "a", "b per 1M", "projected"], proj_rows)
+    if args.dense:
+        dense = bench_dense(args.dense, args.dense_encoder, args.dense_kinds.split(","), work, args.pq_m,
+                            args.refine)
+        print(f"\ndense ({args.dense_encoder}, {args.dense} passages; recall@10 against exact search on held-out "
+              "passages; 21M projected as pq_m + 8 bytes a passage for IVF-PQ, bytes a passage otherwise):")
+        proj = []
+        for d in dense:
+            per = d["bytes_per_passage"] if not d["kind"].startswith("ivfpq") else args.pq_m + 8
+            proj.append([d["kind"], d["build_s"], d["peak_gb"], d["recall10"], d["index_mb"], per * DPR_PASSAGES / 1e9])
+            results.update({f"dense_{d['kind']}_{k}": v for k, v in d.items() if k not in ("kind",)})
+            results[f"dense_{d['kind']}_projected_21m_gb"] = per * DPR_PASSAGES / 1e9
+        print_table(["kind", "build s", "peak GB", "recall@10", "index MB", "21M GB"], proj, floats=".3f")
     results["ratio"] = rows[-1]["ratio"]
     results["load_1min"] = load_1min()
     print(f"ratio (project search ÷ bm25s retrieve, {rows[-1]['passages']} passages): {results['ratio']:.2f}")
