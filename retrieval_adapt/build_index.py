@@ -4,9 +4,14 @@
     python -m retrieval_adapt.build_index --corpus passages.jsonl --kind dense --encoder minilm --out runs/index/d
     python -m retrieval_adapt.build_index my_index.yaml --faiss hnsw
 
-``--corpus`` is a canonical passage JSONL, a DPR-style TSV (id, text, title), or ``world`` (the embedded world).
+``--corpus`` is a canonical passage JSONL, a DPR-style TSV (id, text, title), a Hugging Face dataset folder
+(``save_to_disk``; columns id, text, title), or ``world`` (the embedded world).
 The folder appears complete or not at all: a build writes ``OUT.tmp`` and renames it to ``OUT`` when done (an
 existing index is replaced only then), and ``OUT`` is locked while it runs.
+
+A BM25 build reads the corpus as a stream, ``chunk_size`` passages at a time (memory is set by the chunk, not the
+corpus: docs/scale.md), into ``OUT.build/``; a killed build rerun with the same command resumes after the last
+finished chunk and writes the same index an uninterrupted build would.
 """
 
 from __future__ import annotations
@@ -14,22 +19,28 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config, save_config
 from adaptive_rag.plumbing.errors import DataError
+from adaptive_rag.plumbing.records import Passage
+from data_builders.passage_stream import fingerprint, iter_passages
 from data_builders.readers import read_corpus
 from data_builders.world import WorldConfig, build_world
 from retrieval_adapt.bm25 import BM25Retriever
+from retrieval_adapt.bm25_stream import StreamSettings, build_streamed
 from retrieval_adapt.corpus_store import index_writer
 
 
 @dataclass
 class IndexConfig:
     corpus: str = field(default="world", metadata={"help": "passage JSONL, DPR TSV, or 'world'"})
-    corpus_format: str | None = field(default=None, metadata={"help": "force a corpus format (jsonl, dpr_tsv)"})
+    corpus_format: str | None = field(default=None, metadata={
+        "help": "force a corpus format (passages_jsonl, dpr_tsv, flashrag_jsonl, hf_dataset)"})
     out: str = field(default="runs/index/world-bm25", metadata={"help": "index folder to write"})
     kind: Literal["bm25", "dense"] = "bm25"
     encoder: str = field(default="minilm", metadata={"help": "dense passage encoder: minilm, hub id or path"})
@@ -37,10 +48,14 @@ class IndexConfig:
     batch_size: int = 64
     max_length: int = 256
     world_seed: int = 0
+    # BM25: passages tokenized per chunk; peak memory grows with it (about 0.5 GB at 100k of DPR-length passages)
+    chunk_size: int = 100_000
 
     def __post_init__(self):
         if self.batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {self.batch_size}")
+        if self.chunk_size <= 0:
+            raise ValueError(f"chunk_size must be positive, got {self.chunk_size}")
 
 
 def load_corpus(cfg: IndexConfig):
@@ -49,24 +64,43 @@ def load_corpus(cfg: IndexConfig):
     return read_corpus(cfg.corpus, format=cfg.corpus_format)
 
 
+def stream_corpus(cfg: IndexConfig) -> tuple[Iterable[Passage], dict[str, object]]:
+    """The corpus as a stream, and what identifies it (a resumed build checks it is the same corpus)."""
+    if cfg.corpus == "world":
+        return build_world(WorldConfig(seed=cfg.world_seed)).passages, {"corpus": "world", "seed": cfg.world_seed}
+    path = Path(cfg.corpus)
+    if not path.exists():
+        raise DataError("no such file", source=cfg.corpus)
+    return iter_passages(path, cfg.corpus_format), {**fingerprint(path), "format": cfg.corpus_format}
+
+
+def build_bm25(cfg: IndexConfig) -> BM25Retriever:
+    passages, source = stream_corpus(cfg)
+    start = time.perf_counter()
+    meta = build_streamed(passages, cfg.out, settings=StreamSettings(chunk_size=cfg.chunk_size), source=source,
+                          add_files=lambda folder: save_config(folder / "config.yaml", cfg))
+    print(f"built bm25 index over {meta['num_passages']} passages in {time.perf_counter() - start:.1f}s -> "
+          f"{cfg.out}")
+    return BM25Retriever.load(cfg.out)
+
+
 def build(cfg: IndexConfig):
     """Build the index and publish ``cfg.out`` whole: the files go to ``OUT.tmp`` and replace ``OUT`` (an existing
     index included) only once complete; ``OUT`` is locked meanwhile, so two builds of it cannot interleave."""
+    if cfg.kind == "bm25":
+        return build_bm25(cfg)
     passages = load_corpus(cfg)
     if not passages:  # checked before anything is written
         raise DataError("the corpus holds no passages (every text empty?); nothing was written", source=cfg.corpus)
     start = time.perf_counter()
     with index_writer(cfg.out) as tmp:
-        if cfg.kind == "bm25":
-            retriever = BM25Retriever.build(passages)
-        else:
-            # lazy: they import torch and faiss (~3.5 s), which a BM25 build and --help never need
-            from retrieval_adapt.dense import DenseRetriever, FaissOptions
-            from retrieval_adapt.encoders import MeanPoolingEncoder
+        # lazy: they import torch and faiss (~3.5 s), which a BM25 build and --help never need
+        from retrieval_adapt.dense import DenseRetriever, FaissOptions
+        from retrieval_adapt.encoders import MeanPoolingEncoder
 
-            encoder = MeanPoolingEncoder.from_name(cfg.encoder, max_length=cfg.max_length)
-            retriever = DenseRetriever.build(passages, encoder, faiss_options=FaissOptions(kind=cfg.faiss),
-                                             batch_size=cfg.batch_size)
+        encoder = MeanPoolingEncoder.from_name(cfg.encoder, max_length=cfg.max_length)
+        retriever = DenseRetriever.build(passages, encoder, faiss_options=FaissOptions(kind=cfg.faiss),
+                                         batch_size=cfg.batch_size)
         retriever.write_to(tmp)
         save_config(tmp / "config.yaml", cfg)
     print(f"built {cfg.kind} index over {len(passages)} passages in {time.perf_counter() - start:.1f}s -> {cfg.out}")
@@ -81,8 +115,8 @@ def main(argv: list[str] | None = None) -> None:
 def cli() -> int:
     """The console script (pyproject.toml) and ``python -m`` run this."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    return (run_cli(main, resume_hint="the index folder is as it was (a build is published only when complete); "
-                                       "rerun the same command to build it"))
+    return run_cli(main, resume_hint="the index folder is as it was (a build is published only when complete); "
+                                     "rerun the same command: a BM25 build resumes after its last finished chunk")
 
 
 if __name__ == "__main__":

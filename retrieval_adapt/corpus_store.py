@@ -8,24 +8,29 @@ cut short) is one line naming the folder and the command that rebuilds it, not a
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from adaptive_rag.plumbing.atomic_files import atomic_folder, old_path, recover
 from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.record_log import FolderLock
 from adaptive_rag.plumbing.records import Passage
-from data_builders.readers import read_passages_jsonl, write_passages_jsonl
 
 META = "meta.json"
 PASSAGES = "passages.jsonl"
+OFFSETS = "passages.offsets.npy"  # (N + 1,) int64: passage i is bytes offsets[i]:offsets[i+1] of passages.jsonl
 CONFIG = "config.yaml"
 # Everything an index folder may hold: an existing folder with anything else is not replaced.
-INDEX_ENTRIES = frozenset({META, PASSAGES, CONFIG, "index.faiss", "embeddings.npy", "bm25", FolderLock.NAME})
+INDEX_ENTRIES = frozenset({META, PASSAGES, OFFSETS, CONFIG, "index.faiss", "embeddings.npy", "bm25",
+                           FolderLock.NAME})
 
 
 class IndexFolderError(DataError):
@@ -63,6 +68,14 @@ def _manifest(folder: Path) -> dict[str, int]:
             if p.is_file() and p.name not in (META, FolderLock.NAME)}
 
 
+def check_replaceable(out: Path) -> None:
+    """An existing output folder is replaced only when it holds nothing but an index."""
+    extra = sorted(p.name for p in out.iterdir() if p.name not in INDEX_ENTRIES) if out.is_dir() else []
+    if extra:
+        raise DataError(f"exists and holds more than an index ({', '.join(extra[:5])}); refusing to replace it: "
+                        "choose another output folder", source=str(out))
+
+
 @contextmanager
 def index_writer(out_dir: str | Path) -> Iterator[Path]:
     """``with index_writer(out) as tmp:`` write the index files (``meta.json`` among them) into ``tmp``; when the
@@ -71,10 +84,7 @@ def index_writer(out_dir: str | Path) -> Iterator[Path]:
     out = Path(out_dir)
     recover(out)
     with FolderLock(out):  # a first build that fails leaves no folder: the lock removes the one it made
-        extra = sorted(p.name for p in out.iterdir() if p.name not in INDEX_ENTRIES)
-        if extra:
-            raise DataError(f"exists and holds more than an index ({', '.join(extra[:5])}); refusing to replace it: "
-                            "choose another output folder", source=str(out))
+        check_replaceable(out)
         with atomic_folder(out) as tmp:
             yield tmp
             meta = json.loads((tmp / META).read_text())
@@ -86,11 +96,67 @@ def index_writer(out_dir: str | Path) -> Iterator[Path]:
                 (tmp / FolderLock.NAME).write_bytes(lock.read_bytes())
 
 
-def save_store(out_dir: str | Path, passages: list[Passage], meta: dict[str, Any]) -> None:
+def passage_line(p: Passage) -> bytes:
+    """A passage as one line of ``passages.jsonl``; the content hash is taken over exactly these bytes."""
+    return (json.dumps(p.to_dict(), ensure_ascii=False) + "\n").encode("utf-8")
+
+
+class StoreWriter:
+    """Appends passages to ``passages.jsonl`` and records each line's end, so the store is read by offset later.
+    ``sha256`` hashes the lines in order: the content hash ``check_index`` compares against a corpus."""
+
+    def __init__(self, folder: Path):
+        self.file = (folder / PASSAGES).open("wb")
+        self.ends: list[np.ndarray] = []
+        self._pending: list[int] = []
+        self.pos = 0
+        self.hash = hashlib.sha256()
+
+    def add_lines(self, data: bytes, line_ends: np.ndarray) -> None:
+        """Whole lines at once (a finished chunk): ``line_ends`` are their end offsets relative to ``data``."""
+        self.file.write(data)
+        self.hash.update(data)
+        self._flush_pending()
+        self.ends.append(np.asarray(line_ends, dtype=np.int64) + self.pos)
+        self.pos += len(data)
+
+    def add(self, passage: Passage) -> None:
+        line = passage_line(passage)
+        self.file.write(line)
+        self.hash.update(line)
+        self.pos += len(line)
+        self._pending.append(self.pos)
+
+    def _flush_pending(self) -> None:
+        if self._pending:
+            self.ends.append(np.asarray(self._pending, dtype=np.int64))
+            self._pending = []
+
+    def close(self) -> tuple[int, str]:
+        """Write the offsets; returns (passage count, sha256 of passages.jsonl)."""
+        self._flush_pending()
+        self.file.close()
+        offsets = np.concatenate([np.zeros(1, dtype=np.int64), *self.ends])
+        np.save(Path(self.file.name).with_name(OFFSETS), offsets)
+        return len(offsets) - 1, self.hash.hexdigest()
+
+
+def save_store(out_dir: str | Path, passages: Iterable[Passage], meta: dict[str, Any]) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    write_passages_jsonl(passages, out / PASSAGES)
+    writer = StoreWriter(out)
+    for p in passages:
+        writer.add(p)
+    n, digest = writer.close()
+    meta = {**meta, "num_passages": n, "passages_sha256": digest, "check_sample": check_sample(out, n)}
     (out / META).write_text(json.dumps(meta, indent=2))
+
+
+def check_sample(folder: Path, n: int, size: int = 32) -> list[list[Any]]:
+    """(position, id) of passages spread over a written store, which ``check_index`` looks up by their own text."""
+    store = load_passages(folder)
+    positions = sorted({int(i) for i in np.linspace(0, n - 1, num=min(size, n))}) if n else []
+    return [[i, store[i].id] for i in positions]
 
 
 def load_meta(index_dir: str | Path) -> dict[str, Any]:
@@ -120,16 +186,75 @@ def load_meta(index_dir: str | Path) -> dict[str, Any]:
     return meta
 
 
-def load_passages(index_dir: str | Path, meta: dict[str, Any] | None = None) -> list[Passage]:
+class PassageStore(Sequence[Passage]):
+    """The passages of an index folder, read from disk one at a time: only the offsets are memory-mapped, so
+    holding a 21M-passage store costs nothing until a search returns passages (each one read is one ``pread``)."""
+
+    def __init__(self, folder: Path, offsets: np.ndarray):
+        self.path = folder / PASSAGES
+        self.offsets = offsets
+        self._fd = os.open(self.path, os.O_RDONLY)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"passage {i} of {n}")
+        i %= n
+        start, end = int(self.offsets[i]), int(self.offsets[i + 1])
+        try:
+            d = json.loads(os.pread(self._fd, end - start, start))
+            # written by this project (checked when read in): no field checks per search hit
+            return Passage(id=d["id"], title=d["title"], text=d["text"])
+        except (ValueError, KeyError, TypeError) as err:  # a line changed after the build
+            raise damaged(self.path.parent, f"{PASSAGES} is damaged at passage {i} ({err})") from err
+
+    def __iter__(self) -> Iterator[Passage]:
+        with self.path.open(encoding="utf-8") as f:
+            for n, line in enumerate(f):
+                yield Passage.from_dict(json.loads(line), source=str(self.path), record=n)
+
+    def __del__(self):
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            os.close(fd)
+
+    def __getstate__(self):  # pickled (a worker process): reopen the file there
+        return {"path": self.path, "offsets": np.asarray(self.offsets)}
+
+    def __setstate__(self, state):
+        self.__init__(state["path"].parent, state["offsets"])
+
+
+def _scan_offsets(path: Path) -> np.ndarray:
+    """Line offsets of a ``passages.jsonl`` written before the offsets file existed (one pass, no JSON parsing)."""
+    ends = []
+    pos = 0
+    with path.open("rb") as f:
+        while block := f.read(1 << 24):
+            ends.append(np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10) + pos + 1)
+            pos += len(block)
+    return np.concatenate([np.zeros(1, dtype=np.int64), *ends])
+
+
+def load_passages(index_dir: str | Path, meta: dict[str, Any] | None = None) -> PassageStore:
     folder = Path(index_dir)
     if not (folder / PASSAGES).is_file():
         raise damaged(folder, f"{PASSAGES} is missing")
     try:
-        passages = read_passages_jsonl(folder / PASSAGES)
-    except DataError as err:
-        raise damaged(folder, f"{PASSAGES} is damaged ({err})") from err
+        offsets = np.load(folder / OFFSETS, mmap_mode="r") if (folder / OFFSETS).is_file() else \
+            _scan_offsets(folder / PASSAGES)
+    except (ValueError, OSError, EOFError) as err:
+        raise damaged(folder, f"{OFFSETS} is unreadable ({err})") from err
+    size = (folder / PASSAGES).stat().st_size
+    if offsets.ndim != 1 or len(offsets) < 1 or int(offsets[-1]) != size:
+        raise damaged(folder, f"{OFFSETS} does not match {PASSAGES} ({int(offsets[-1])} of {size} bytes indexed)")
+    store = PassageStore(folder, offsets)
     expected = (meta or {}).get("num_passages")
-    if expected is not None and len(passages) != expected:
-        raise damaged(folder, f"{PASSAGES} holds {len(passages)} passages, {expected} were indexed")
-    return passages
-
+    if expected is not None and len(store) != expected:
+        raise damaged(folder, f"{PASSAGES} holds {len(store)} passages, {expected} were indexed")
+    return store

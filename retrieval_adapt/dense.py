@@ -23,6 +23,7 @@ from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.records import Passage
 from adaptive_rag.plumbing.retriever import Hit
 from retrieval_adapt.corpus_store import damaged, index_writer, load_meta, load_passages, save_store
+from retrieval_adapt.dense_scale import refine_search
 from retrieval_adapt.encoders import MeanPoolingEncoder
 
 logger = logging.getLogger(__name__)
@@ -61,8 +62,10 @@ def build_faiss(emb: np.ndarray, opts: FaissOptions) -> faiss.Index:
 
 def to_gpu_if_available(index: faiss.Index, use_gpu: bool) -> faiss.Index:
     if use_gpu and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
-        logger.info("moving the faiss index to GPU")
-        return faiss.index_cpu_to_all_gpus(index)
+        logger.info("moving the faiss index to %d GPU(s), sharded", faiss.get_num_gpus())
+        options = faiss.GpuMultipleClonerOptions()
+        options.shard = True  # each GPU holds 1/G of the vectors (a 21M index fits no single card in fp32)
+        return faiss.index_cpu_to_all_gpus(index, co=options)
     return index
 
 
@@ -97,7 +100,11 @@ class DenseRetriever:
             raise ValueError(f"k must be positive, got {k}")
         if not queries:
             return []
-        scores, ids = self.index.search(self.embed_queries(queries), min(k, len(self.passages)))
+        k = min(k, len(self.passages))
+        if getattr(self, "refine", 0) and getattr(self, "embeddings", None) is not None:
+            scores, ids = refine_search(self.index, self.embed_queries(queries), k, self.refine, self.embeddings)
+        else:
+            scores, ids = self.index.search(self.embed_queries(queries), k)
         return [[Hit(self.passages[int(i)], float(s)) for i, s in zip(row_i, row_s) if i >= 0]
                 for row_i, row_s in zip(ids, scores)]
 
@@ -128,12 +135,15 @@ class DenseRetriever:
         if meta.get("kind") != cls.kind:
             raise DataError(f"holds a '{meta.get('kind')}' index, not a dense one", source=str(index_dir))
         passages = load_passages(index_dir, meta)
-        index = to_gpu_if_available(_read_faiss(Path(index_dir), len(passages)), use_gpu)
+        # IVF indexes are memory-mapped: their inverted lists (the bulk) stay on disk, read as searches probe them
+        flags = faiss.IO_FLAG_MMAP if meta.get("faiss") in ("ivf", "ivfpq") else 0
+        index = to_gpu_if_available(_read_faiss(Path(index_dir), len(passages), flags), use_gpu)
         embeddings = _read_embeddings(Path(index_dir), len(passages))
         encoder = MeanPoolingEncoder.from_name(query_encoder or meta["encoder"], normalize=meta["normalize"],
                                                max_length=meta["max_length"], device=device)
         self = cls(index, passages, encoder, passage_encoder_name=meta["encoder"])
         self.embeddings = embeddings
+        self.refine = int(meta.get("refine") or 0)
         return self
 
     def passage_embeddings(self, ids: list[int]) -> torch.Tensor:
@@ -143,12 +153,12 @@ class DenseRetriever:
         return torch.from_numpy(np.asarray(self.embeddings[ids], dtype=np.float32))
 
 
-def _read_faiss(folder: Path, n_passages: int) -> faiss.Index:
+def _read_faiss(folder: Path, n_passages: int, flags: int = 0) -> faiss.Index:
     path = folder / "index.faiss"
     if not path.is_file():
         raise damaged(folder, "index.faiss is missing")
     try:
-        index = faiss.read_index(str(path))
+        index = faiss.read_index(str(path), flags)
     except RuntimeError as err:  # faiss reports a short file as a C++ assertion
         raise damaged(folder, f"index.faiss is unreadable ({str(err).splitlines()[0][-120:]})") from err
     if index.ntotal != n_passages:

@@ -86,7 +86,7 @@ def test_readme_builds_every_index_its_commands_read():
     """The Iter-RetGen sequence once read runs/index/world-dense while its recipes need world-minilm, and the
     SQuAD -> PopQA recipe evaluates on runs/index/shared-bm25, which no command built."""
     commands = fenced_commands()
-    built = set(re.findall(r"build_index\b[^\n]*--out\s+(\S+)", README))
+    built = set(re.findall(r"build_(?:index|dense)\b[^\n]*--out\s+(\S+)", README))
     read = set(re.findall(r"(?:--index|retrieval_adapt\.search)\s+(runs/\S+)", README))
     for _program, path in readme_yaml_commands():
         if path.replace("\\", "/") in commands:

@@ -178,20 +178,26 @@ def test_damaged_bm25_index_is_one_clear_error(tmp_path, name):
 
 
 def test_rebuild_replaces_the_index_only_when_complete(tmp_path, monkeypatch):
+    import retrieval_adapt.bm25_stream as bm25_stream
+
     out = tmp_path / "idx"
     corpus = _corpus_file(tmp_path)
     assert _build_cli(["--corpus", str(corpus), "--out", str(out)]) == 0
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
 
-    def killed(self, folder):
+    def killed(work, manifest, state, settings, folder, show_progress=True):
         (folder / "passages.jsonl").write_text("{")  # half written, then the kill
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(BM25Retriever, "write_to", killed)
+    monkeypatch.setattr(bm25_stream, "assemble", killed)
     assert _build_cli(["--corpus", str(corpus), "--out", str(out)]) == 130  # run_cli's exit status for Ctrl-C
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before  # the old index, untouched
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "idx"]  # no staging folder, no lock
+    # no staging folder, no lock; the finished chunks stay for the rerun to resume from
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "idx", "idx.build"]
     assert [h.passage.id for h in load_retriever(out).search(["Quarvik"], 1)[0]] == ["a"]
+    monkeypatch.undo()
+    assert _build_cli(["--corpus", str(corpus), "--out", str(out)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "idx"]
 
 
 def test_interrupted_swap_is_recovered(tmp_path, capsys):
@@ -251,4 +257,5 @@ def test_build_index_lock(tmp_path, capsys, caplog):
     with caplog.at_level(logging.WARNING):
         assert _build_cli(argv) == 0
     assert "taking over a stale lock" in caplog.text
-    assert sorted(p.name for p in out.iterdir()) == ["bm25", "config.yaml", "meta.json", "passages.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == ["bm25", "config.yaml", "meta.json", "passages.jsonl",
+                                                     "passages.offsets.npy"]

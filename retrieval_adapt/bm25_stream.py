@@ -1,0 +1,412 @@
+"""BM25 built from a stream of passages, with memory set by the chunk size, and resumable after a kill.
+
+Scores are exact BM25 over the whole corpus, the same as one in-memory ``bm25s`` index: the corpus is read in
+chunks of ``chunk_size`` passages; each chunk is tokenized with bm25s's tokenizer into one growing vocabulary, and its
+term counts (as (term, document) pairs sorted by term), document lengths and passages go to a chunk folder beside the
+output (``OUT.build/chunk-00007/``). Once the stream ends, the global document frequencies and average length are
+known, and the columns of bm25s's CSC score matrix are assembled in passes over ranges of terms, each pass as large
+as one chunk, with bm25s's own idf and term-frequency formulas. The result is bm25s's ``BM25.save`` layout, which
+``bm25s.BM25.load(..., mmap=True)`` reads.
+
+A chunk folder is written under a temporary name and renamed; ``manifest.json`` (written atomically after it) lists
+the finished chunks. A rerun of the same build reads the manifest, skips the records of finished chunks and goes on;
+chunk boundaries are fixed by record count, so the final index is byte for byte the one an uninterrupted build
+writes. The build folder is removed once the index is published.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from itertools import chain, islice
+from pathlib import Path
+from typing import Any
+
+import bm25s
+import numpy as np
+import Stemmer
+from bm25s.scoring import _select_idf_scorer, _select_tfc_scorer
+from tqdm.auto import tqdm
+
+from adaptive_rag.plumbing.atomic_files import recover, remove, write_text_atomic
+from adaptive_rag.plumbing.errors import DataError
+from adaptive_rag.plumbing.progress import bar_options
+from adaptive_rag.plumbing.record_log import FolderLock
+from adaptive_rag.plumbing.records import Passage
+from retrieval_adapt.corpus_store import (
+    META,
+    StoreWriter,
+    check_replaceable,
+    check_sample,
+    index_writer,
+    passage_line,
+)
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+BM25_DIR = "bm25"
+# The arrays of one chunk: (term, document) pairs sorted by term, then document; term runs; per-document data.
+CHUNK_ARRAYS = ("rows", "tf", "ucols", "colptr", "doc_len", "id_hash", "line_ends")
+
+
+@dataclass
+class StreamSettings:
+    """Everything that decides the index's bytes: a resumed build must use the same."""
+
+    chunk_size: int = 100_000
+    k1: float = 1.5
+    b: float = 0.75
+    method: str = "lucene"
+    stemmer_language: str | None = "english"
+
+    def __post_init__(self):
+        if self.chunk_size <= 0:
+            raise ValueError(f"chunk_size must be positive, got {self.chunk_size}")
+        if self.method not in ("lucene", "robertson", "atire"):  # bm25l/bm25+ need a non-occurrence array
+            raise ValueError(f"method must be lucene, robertson or atire, got '{self.method}'")
+
+
+def build_dir(out_dir: str | Path) -> Path:
+    out = Path(out_dir)
+    return out.with_name(out.name + ".build")
+
+
+class _State:
+    """What the finished chunks add up to: the vocabulary (token -> id, in order of first use), document
+    frequencies, document and token counts."""
+
+    def __init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+        self.df = np.zeros(0, dtype=np.int64)
+        self.n_docs = 0
+        self.n_tokens = 0
+
+    def add_tokens(self, tokens: Iterable[str]) -> None:
+        for t in tokens:
+            self.vocab[t] = len(self.vocab)
+
+    def add_df(self, ucols: np.ndarray, counts: np.ndarray) -> None:
+        if len(self.vocab) > len(self.df):
+            self.df = np.concatenate([self.df, np.zeros(max(len(self.vocab) - len(self.df), len(self.df) // 2),
+                                                        dtype=np.int64)])
+        self.df[ucols] += counts  # each term once per chunk: no repeated index to lose
+
+
+def _tokenize_chunk(passages: list[Passage], state: _State, stemmer) -> tuple[dict[str, np.ndarray], list[str]]:
+    """One chunk's arrays, the tokens it adds to the vocabulary (``state`` is updated)."""
+    tok = bm25s.tokenize([p.contents for p in passages], stopwords="en", stemmer=stemmer, return_ids=True,
+                         show_progress=False)
+    n = len(passages)
+    lens = np.fromiter(map(len, tok.ids), dtype=np.int64, count=n)
+    flat = np.fromiter(chain.from_iterable(tok.ids), dtype=np.int64, count=int(lens.sum()))
+    local = [""] * len(tok.vocab)
+    for token, i in tok.vocab.items():
+        local[i] = token
+    # Global ids are handed out in order of first use in the text (bm25s numbers its vocabulary in set order, which
+    # changes with the process's hash seed): deterministic, so a resumed build writes the same index.
+    used, first = np.unique(flat, return_index=True)
+    l2g = np.full(len(local), -1, dtype=np.int64)
+    new: list[str] = []
+    for i in used[np.argsort(first)]:
+        g = state.vocab.get(local[i])
+        if g is None:
+            g = len(state.vocab)
+            state.vocab[local[i]] = g
+            new.append(local[i])
+        l2g[i] = g
+    doc = np.repeat(np.arange(n, dtype=np.int64), lens)
+    # (term, doc) pairs, sorted by term then document: a chunk's slice of bm25s's CSC column order.
+    keys, tf = np.unique((l2g[flat] << 32) | doc, return_counts=True)
+    cols = keys >> 32
+    ucols, counts = np.unique(cols, return_counts=True)
+    state.add_df(ucols, counts)
+    lines = [passage_line(p) for p in passages]
+    arrays = {
+        "rows": ((keys & 0xFFFFFFFF) + state.n_docs).astype(np.int32),
+        "tf": tf.astype(np.int32),
+        "ucols": ucols.astype(np.int32),
+        "colptr": np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+        "doc_len": lens.astype(np.int32),
+        "id_hash": np.array([_id_hash(p.id) for p in passages], dtype=np.uint64),
+        "line_ends": np.cumsum([len(x) for x in lines], dtype=np.int64),
+        "_lines": lines,  # type: ignore[dict-item]
+    }
+    state.n_docs += n
+    state.n_tokens += int(lens.sum())
+    return arrays, new
+
+
+def _id_hash(pid: str) -> int:
+    return int.from_bytes(hashlib.blake2b(pid.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def _write_chunk(folder: Path, arrays: dict[str, Any], new_tokens: list[str]) -> None:
+    tmp = folder.with_name(folder.name + ".tmp")
+    remove(tmp)
+    tmp.mkdir(parents=True)
+    for name in CHUNK_ARRAYS:
+        np.save(tmp / f"{name}.npy", arrays[name])
+    (tmp / "passages.jsonl").write_bytes(b"".join(arrays["_lines"]))
+    (tmp / "tokens.txt").write_text("\n".join(new_tokens), encoding="utf-8")
+    remove(folder)
+    tmp.rename(folder)
+
+
+def _read_chunk(folder: Path) -> dict[str, np.ndarray]:
+    return {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in CHUNK_ARRAYS}
+
+
+def _chunk_tokens(folder: Path) -> list[str]:
+    text = (folder / "tokens.txt").read_text(encoding="utf-8")
+    return text.split("\n") if text else []
+
+
+class _Manifest:
+    def __init__(self, work: Path, settings: dict[str, Any]):
+        self.path = work / MANIFEST
+        self.work = work
+        self.data: dict[str, Any] = {"settings": settings, "chunks": [], "complete": False}
+        if self.path.is_file():
+            try:
+                found = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                found = None
+            if isinstance(found, dict) and found.get("settings") == settings:
+                self.data = found
+            else:
+                logger.warning("%s: another build's chunks (other settings or corpus); starting over", work)
+                remove(work)
+        work.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def chunks(self) -> list[dict[str, Any]]:
+        return self.data["chunks"]
+
+    def save(self) -> None:
+        write_text_atomic(self.path, json.dumps(self.data, indent=1))
+
+
+def stream_chunks(passages: Iterable[Passage], work: Path, settings: StreamSettings, source: dict[str, Any],
+                  show_progress: bool = True) -> tuple[_Manifest, _State]:
+    """Tokenize the stream into chunk folders under ``work``, resuming after the last finished chunk."""
+    manifest = _Manifest(work, {**asdict(settings), "source": source})
+    state = _State()
+    for entry in manifest.chunks:  # the vocabulary and frequencies of the chunks a killed run finished
+        folder = work / entry["name"]
+        state.add_tokens(_chunk_tokens(folder))
+        arrays = _read_chunk(folder)
+        state.add_df(np.asarray(arrays["ucols"]), np.diff(arrays["colptr"]))
+        state.n_docs += entry["docs"]
+        state.n_tokens += entry["tokens"]
+    if manifest.data["complete"]:
+        return manifest, state
+    stream = iter(passages)
+    done = sum(c["records"] for c in manifest.chunks)
+    if done:
+        logger.info("resuming: %d chunks (%d records) already done", len(manifest.chunks), done)
+        for _ in islice(stream, done):
+            pass
+    stemmer = Stemmer.Stemmer(settings.stemmer_language) if settings.stemmer_language else None
+    # Bars on a terminal only; a log file gets one line per chunk instead.
+    bar = tqdm(desc="BM25 chunks", unit="passage", initial=done, **bar_options(inner=True, disable=not show_progress))
+    while records := list(islice(stream, settings.chunk_size)):
+        kept = [p for p in records if p.text.strip()]  # as read_corpus: an empty passage is no passage
+        name = f"chunk-{len(manifest.chunks):05d}"
+        entry = {"name": name, "records": len(records), "docs": len(kept), "empty": len(records) - len(kept),
+                 "tokens": 0, "entries": 0}
+        if kept:
+            before = state.n_tokens
+            arrays, new = _tokenize_chunk(kept, state, stemmer)
+            entry.update(tokens=state.n_tokens - before, entries=len(arrays["rows"]))
+            _write_chunk(work / name, arrays, new)
+        else:
+            _write_chunk(work / name, _empty_arrays(), [])
+        manifest.chunks.append(entry)
+        manifest.save()
+        bar.update(len(records))
+        logger.info("chunk %s: %d passages, vocabulary %d", name, done + len(records), len(state.vocab))
+        done += len(records)
+    bar.close()
+    manifest.data["complete"] = True
+    manifest.save()
+    return manifest, state
+
+
+def _empty_arrays() -> dict[str, Any]:
+    out: dict[str, Any] = {name: np.zeros(0, dtype=np.int32) for name in CHUNK_ARRAYS}
+    out["colptr"] = np.zeros(1, dtype=np.int64)
+    out["_lines"] = []
+    return out
+
+
+def _write_npy_header(f, dtype: np.dtype, n: int) -> None:
+    np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                                             "fortran_order": False, "shape": (n,)})
+
+
+def _duplicate_id(work: Path, chunks: list[dict[str, Any]]) -> str | None:
+    """The first id two passages share, or None: a sort of 8-byte id hashes (168 MB at 21M passages), then the
+    chunks' passages holding a repeated hash."""
+    hashes = np.concatenate([np.asarray(_read_chunk(work / c["name"])["id_hash"]) for c in chunks])
+    hashes.sort()
+    repeated = hashes[1:][hashes[1:] == hashes[:-1]]
+    del hashes
+    if not len(repeated):
+        return None
+    ids: list[str] = []
+    for c in chunks:
+        where = np.flatnonzero(np.isin(_read_chunk(work / c["name"])["id_hash"], repeated[:1]))
+        if len(where):
+            lines = (work / c["name"] / "passages.jsonl").read_bytes().split(b"\n")
+            ids += [json.loads(lines[i])["id"] for i in where]
+    return ids[0] if len(set(ids)) < len(ids) else None  # a hash collision of two distinct ids is no duplicate
+
+
+class _Slices:
+    """Reads ranges of a chunk's ``.npy`` arrays with plain reads: a memory map would keep every page it touched
+    counted in the process's memory until the end of the build."""
+
+    def __init__(self, folder: Path, names: tuple[str, ...] = ("rows", "tf")):
+        self.files = {}
+        for name in names:
+            f = (folder / f"{name}.npy").open("rb")
+            version = np.lib.format.read_magic(f)
+            header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            _, _, dtype = header(f)
+            self.files[name] = (f, f.tell(), dtype)
+        self.ucols = np.load(folder / "ucols.npy")
+        self.colptr = np.load(folder / "colptr.npy")
+
+    def read(self, name: str, start: int, end: int) -> np.ndarray:
+        f, offset, dtype = self.files[name]
+        f.seek(offset + start * dtype.itemsize)
+        return np.fromfile(f, dtype=dtype, count=end - start)
+
+    def close(self) -> None:
+        for f, _, _ in self.files.values():
+            f.close()
+
+
+def assemble(work: Path, manifest: _Manifest, state: _State, settings: StreamSettings, out: Path,
+             show_progress: bool = True) -> dict[str, Any]:
+    """Write the bm25s index files and the passage store into ``out`` (an empty staging folder); returns meta."""
+    chunks = [c for c in manifest.chunks if c["docs"]]
+    n_docs = sum(c["docs"] for c in chunks)
+    if not n_docs:
+        raise DataError("the corpus holds no passages (every text empty?); nothing was written",
+                        source=str(manifest.data["settings"]["source"].get("path")))
+    dup = _duplicate_id(work, chunks)
+    if dup is not None:
+        raise DataError(f"passage id '{dup}' appears more than once; a streamed build needs distinct ids "
+                        "(deduplicate the corpus)", source=str(manifest.data["settings"]["source"].get("path")))
+    if n_docs >= 2**31:
+        raise DataError(f"{n_docs} passages: bm25s's int32 document ids stop at 2**31", source=str(work))
+    n_vocab = len(state.vocab)
+    df = state.df[:n_vocab]
+    doc_len = np.concatenate([np.asarray(_read_chunk(work / c["name"])["doc_len"]) for c in chunks])
+    # bm25s: np.array(lengths).mean(), an exact integer sum (below 2**53) divided once
+    avg_len = np.float64(int(doc_len.astype(np.int64).sum())) / n_docs
+    idf_fn = _select_idf_scorer(settings.method)
+    values, inverse = np.unique(df, return_inverse=True)
+    # bm25s computes each term's idf with math.log on Python numbers into a float32 array: the same per distinct df
+    idf = np.array([idf_fn(int(v), N=n_docs) if v else 0.0 for v in values], dtype=np.float32)[inverse]
+    indptr = np.concatenate([[0], np.cumsum(df)]).astype(np.int64)
+    nnz = int(indptr[-1])
+    budget = max(max(c["entries"] for c in chunks), 1)
+    tfc_fn = _select_tfc_scorer(settings.method)
+    folder = out / BM25_DIR
+    folder.mkdir()
+    opened = [_Slices(work / c["name"]) for c in chunks]
+    with (folder / "data.csc.index.npy").open("wb") as fdata, (folder / "indices.csc.index.npy").open("wb") as fidx:
+        _write_npy_header(fdata, np.float32, nnz)
+        _write_npy_header(fidx, np.int32, nnz)
+        c0 = 0
+        bar = tqdm(total=nnz, desc="BM25 assemble", unit="entry",
+                   **bar_options(inner=True, disable=not show_progress))
+        while c0 < n_vocab:
+            # The widest term range whose entries fit the budget (one term at least, however frequent).
+            c1 = max(c0 + 1, int(np.searchsorted(indptr, indptr[c0] + budget, side="right")) - 1)
+            c1 = min(c1, n_vocab)
+            rows, tf = _gather_columns(opened, indptr, c0, c1)
+            cols = np.repeat(np.arange(c0, c1), df[c0:c1])
+            tfc = tfc_fn(tf_array=tf.astype(np.float32), l_d=doc_len[rows].astype(np.float64), l_avg=avg_len,
+                         k1=settings.k1, b=settings.b, delta=0.5)
+            fdata.write((idf[cols] * tfc).astype(np.float32).tobytes())
+            fidx.write(rows.tobytes())
+            bar.update(len(rows))
+            c0 = c1
+        bar.close()
+    for ch in opened:
+        ch.close()
+    np.save(folder / "indptr.csc.index.npy", indptr)
+    vocab = dict(state.vocab)
+    vocab[""] = n_vocab  # bm25s adds the empty token after the others, outside the matrix
+    (folder / "vocab.index.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    params = {"k1": settings.k1, "b": settings.b, "delta": 0.5, "method": settings.method,
+              "idf_method": settings.method, "dtype": "float32", "int_dtype": "int32", "num_docs": n_docs,
+              "version": bm25s.__version__, "backend": "numpy"}
+    (folder / "params.index.json").write_text(json.dumps(params, indent=4))
+    writer = StoreWriter(out)
+    for c in chunks:
+        writer.add_lines((work / c["name"] / "passages.jsonl").read_bytes(),
+                         np.asarray(_read_chunk(work / c["name"])["line_ends"]))
+    n, digest = writer.close()
+    return {"kind": "bm25", "stemmer_language": settings.stemmer_language, "num_passages": n,
+            "passages_sha256": digest, "empty_skipped": sum(c["empty"] for c in manifest.chunks),
+            "vocab_size": n_vocab, "nnz": nnz}
+
+
+def _gather_columns(chunks: list[_Slices], indptr: np.ndarray, c0: int, c1: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (document, tf) entries of terms c0..c1-1 in CSC order: term by term, documents ascending (chunks are
+    in document order, and each chunk's entries are sorted by term, then document)."""
+    size = int(indptr[c1] - indptr[c0])
+    rows = np.empty(size, dtype=np.int32)
+    tf = np.empty(size, dtype=np.int32)
+    cursor = (indptr[c0:c1] - indptr[c0]).astype(np.int64)  # next free slot of each term in this pass
+    for ch in chunks:
+        i0, i1 = np.searchsorted(ch.ucols, [c0, c1])
+        if i0 == i1:
+            continue
+        ptr = ch.colptr[i0:i1 + 1]
+        e0, e1 = int(ptr[0]), int(ptr[-1])
+        counts = np.diff(ptr)
+        local = ch.ucols[i0:i1].astype(np.int64) - c0
+        dest = np.repeat(cursor[local] - (ptr[:-1] - e0), counts) + np.arange(e1 - e0)
+        rows[dest] = ch.read("rows", e0, e1)
+        tf[dest] = ch.read("tf", e0, e1)
+        cursor[local] += counts
+    return rows, tf
+
+
+def build_streamed(passages: Iterable[Passage], out_dir: str | Path, *, settings: StreamSettings | None = None,
+                   source: dict[str, Any] | None = None, add_files: Callable[[Path], None] | None = None,
+                   show_progress: bool = True) -> dict[str, Any]:
+    """Build (or resume building) the BM25 index folder ``out_dir`` from ``passages``; returns its meta.
+
+    ``source`` identifies the stream (a corpus fingerprint): a build folder left by another corpus or other
+    settings is started over, never resumed into. ``add_files(folder)`` writes more files into the index folder.
+    """
+    settings = settings or StreamSettings()
+    out = Path(out_dir)
+    work = build_dir(out)
+    recover(out)
+    with FolderLock(out):  # the chunks too: two builds of one folder must not interleave them
+        check_replaceable(out)
+        try:
+            manifest, state = stream_chunks(passages, work, settings, source or {}, show_progress=show_progress)
+            with index_writer(out) as tmp:
+                meta = assemble(work, manifest, state, settings, tmp, show_progress=show_progress)
+                meta["check_sample"] = check_sample(tmp, meta["num_passages"])
+                (tmp / META).write_text(json.dumps(meta, indent=2))
+                if add_files is not None:
+                    add_files(tmp)
+        except DataError:  # the corpus must change before a rerun (which then starts over): keep no chunks
+            remove(work)
+            raise
+        remove(work)
+    return meta
