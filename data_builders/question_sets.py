@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from data_builders.adapt_world import world_sample, world_split
+from data_builders.knowing_sets import is_knowing, require_set
 from data_builders.readers import read_qa
 from data_builders.world import WorldConfig, build_world
 from inference.core.config import ConfigError
@@ -83,6 +84,8 @@ def read_set(qs: QuestionSet, *, fmt: str | None = None, world: WorldOptions = W
     elif qs.name in ("world-adapt-train", "world-adapt-heldout"):
         train, heldout = world_split(world.seed, world.heldout_fraction, world.heldout_seed)
         examples = train if qs.name == "world-adapt-train" else heldout
+    elif is_knowing(qs.name):
+        examples = read_qa(require_set(qs.name, world.seed))
     elif fmt == "hf":
         examples = read_qa(qs.name if qs.split is None else f"{qs.name}@{qs.split}", format="hf")
     else:

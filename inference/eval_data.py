@@ -7,7 +7,9 @@ job). Every user mistake here is a :class:`ConfigError` or :class:`DataError` ra
 
 from __future__ import annotations
 
+from data_builders.knowing_sets import is_knowing, require_set
 from data_builders.question_sets import WorldOptions, read_set
+from data_builders.readers import read_corpus
 from data_builders.world import WorldConfig, build_world
 from inference.core.config import ConfigError
 from inference.core.question_set import QuestionSet, is_embedded
@@ -39,4 +41,7 @@ def load_eval_retriever(index: str | None, dataset: str, *, query_encoder: str |
     check_index_given(index, dataset, needs_retrieval=True)
     if index:
         return load_retriever(index, query_encoder=query_encoder)
+    if is_knowing(dataset):  # the knowing world's corpus: the world's passages and near-duplicate distractors
+        corpus = read_corpus(require_set(dataset, world_seed).parent / "corpus.jsonl")
+        return BM25Retriever.build(corpus, show_progress=False)
     return BM25Retriever.build(build_world(WorldConfig(seed=world_seed)).passages, show_progress=False)
