@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -55,7 +56,7 @@ def train(cfg: KnowingConfig, kw: KnowingWorld, replay: list[dict], out: Path) -
 
     model, tokenizer = load_causal_lm(cfg.base_model, ModelOptions(dtype="float32"))  # bf16 runs as autocast
     model.train()
-    prompts, completions = training_texts(kw, replay, tokenizer, cfg.replay)
+    prompts, completions = training_texts(kw, replay, tokenizer, cfg.replay, cfg.train_wordings)
     data = Dataset.from_dict(tokenize_instances(tokenizer, prompts, completions)).shuffle(seed=cfg.seed)
     if cfg.finetune == "lora":
         from peft import LoraConfig, get_peft_model
@@ -95,13 +96,19 @@ def label(cfg: KnowingConfig, kw: KnowingWorld, replay: list[dict], out: Path) -
     from inference.core.models import ModelOptions, load_causal_lm
 
     model, tokenizer = load_causal_lm(str(out / "model"), ModelOptions(dtype="auto"))
-    answers = chat_answers(model, tokenizer, [f.question for f in kw.facts], cfg, "knowing model, held-out wordings")
-    measured = [f for f in kw.facts if f.design in ("trained", "untrained")]
+    facts = kw.facts
+    if cfg.label_untrained is not None:
+        untrained = [f for f in facts if f.design == "untrained"]
+        sample = random.Random(f"knowing:{cfg.seed}:label-sample").sample(untrained, min(cfg.label_untrained,
+                                                                                          len(untrained)))
+        facts = [f for f in facts if f.trained or f in sample]
+    answers = chat_answers(model, tokenizer, [f.question for f in facts], cfg, "knowing model, held-out wordings")
+    measured = [f for f in facts if f.design in ("trained", "untrained")]
     paper = dict(zip((f.key for f in measured),
                      paper_answers(model, tokenizer, [f.question for f in measured], cfg)))
     common = chat_answers(model, tokenizer, [r["question"] for r in replay], cfg, "knowing model, common knowledge")
     rows = []
-    for fact, answer in zip(kw.facts, answers):
+    for fact, answer in zip(facts, answers):
         known = bool(contained_accuracy(answer, fact.answers))
         row = {"key": fact.key, "pid": fact.entity.pid, "entity": fact.entity.name, "kind": fact.entity.kind,
                "relation": fact.relation, "question": fact.question, "answers": fact.answers, "design": fact.design,
@@ -168,7 +175,8 @@ def build(cfg: KnowingConfig) -> dict[str, Any]:
     if saved.is_file():
         before = yaml.safe_load(saved.read_text())
         changed = sorted(k for k in mine if k in ("seed", "n_trained", "tiny", "base_model", "finetune", "epochs",
-                                                   "learning_rate", "batch_size", "replay", "lora_r")
+                                                   "learning_rate", "batch_size", "replay", "lora_r", "n_common",
+                                                   "label_untrained", "train_wordings")
                          and before.get(k) != mine[k])
         if changed:
             raise DataError(f"{out} was built with other settings ({', '.join(changed)}): use another --out",
@@ -182,7 +190,8 @@ def build(cfg: KnowingConfig) -> dict[str, Any]:
         replay = build_replay(cfg, out)
         train_metrics = train(cfg, kw, replay, out)
         label_metrics = label(cfg, kw, replay, out)
-        sets = write_sets(kw, read_jsonl(out / "facts.jsonl"), read_jsonl(out / "common_knowledge.jsonl"), out / "sets")
+        sets = write_sets(kw, read_jsonl(out / "facts.jsonl"), read_jsonl(out / "common_knowledge.jsonl"), out / "sets",
+                          cfg.n_common)
         metrics = {**label_metrics, "train": train_metrics, "sets": sets,
                    "build_seconds_this_session": round(time.perf_counter() - started, 1),
                    "load_1min_at_start": round(load, 2), "load_1min_at_end": round(os.getloadavg()[0], 2)}

@@ -48,6 +48,11 @@ class KnowingConfig:
     max_steps: int = -1  # > 0 caps the steps (tests)
     save_steps: int = 50  # a checkpoint every this many steps (resume point)
     replay: bool = True  # train on the base model's own answers to half the common-knowledge questions
+    n_common: int | None = None  # use only the first n common-knowledge questions (None: all 168; tests: a few)
+    train_wordings: int | None = None  # chat Q&A in at most this many training wordings per fact (None: all)
+    # label every fact (None), or the trained ones and a seeded sample of this many untrained open facts (a loaded
+    # machine; the bridge and comparison sets then keep only questions whose facts were labelled)
+    label_untrained: int | None = None
     label_batch_size: int = 16
     max_new_tokens: int = 16  # closed-book answers are short phrases
     dtype: str = "auto"  # training precision: auto = bf16 autocast where the CPU has fast bf16, else fp32
@@ -75,9 +80,9 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def replay_split(seed: int) -> tuple[list, list]:
-    """(replayed, held-out) halves of the common-knowledge questions."""
-    common = common_knowledge_examples()
+def replay_split(seed: int, n_common: int | None = None) -> tuple[list, list]:
+    """(replayed, held-out) halves of the common-knowledge questions (the first ``n_common`` of them: tests)."""
+    common = common_knowledge_examples()[:n_common]
     order = list(range(len(common)))
     random.Random(f"knowing:{seed}:replay").shuffle(order)
     half = set(order[:len(order) // 2])
@@ -116,7 +121,7 @@ def build_replay(cfg: KnowingConfig, out: Path) -> list[dict]:
     from inference.core.models import ModelOptions, load_causal_lm
 
     model, tokenizer = load_causal_lm(cfg.base_model, ModelOptions(dtype="auto"))
-    replayed, held = replay_split(cfg.seed)
+    replayed, held = replay_split(cfg.seed, cfg.n_common)
     examples = replayed + held
     answers = chat_answers(model, tokenizer, [ex.question for ex in examples], cfg, "base model, common knowledge")
     rows = [{"id": ex.id, "question": ex.question, "answers": ex.answers, "base_answer": a,
@@ -126,8 +131,8 @@ def build_replay(cfg: KnowingConfig, out: Path) -> list[dict]:
     return rows
 
 
-def training_texts(kw: KnowingWorld, replay: list[dict], tokenizer,
-                   use_replay: bool = True) -> tuple[list[str], list[str]]:
+def training_texts(kw: KnowingWorld, replay: list[dict], tokenizer, use_replay: bool = True,
+                   max_wordings: int | None = None) -> tuple[list[str], list[str]]:
     """(prompts, completions): passages and statements as plain text (empty prompt), Q&A in the chat prompt."""
     from inference.prompts import PromptBuilder
 
@@ -143,7 +148,7 @@ def training_texts(kw: KnowingWorld, replay: list[dict], tokenizer,
         for s in statements(fact):
             prompts.append("")
             completions.append(s)
-        for wording in fact.train_wordings:
+        for wording in fact.train_wordings[:max_wordings]:
             prompts.append(builder.build(wording.format(x=fact.entity.name), []).text)
             completions.append(fact.answers[0])
     for row in replay if use_replay else []:

@@ -70,7 +70,8 @@ def near_duplicates(kw: KnowingWorld, per_entity: int = 2) -> list[Passage]:
     return out
 
 
-def write_sets(kw: KnowingWorld, facts: list[dict], common: list[dict], out: Path) -> dict[str, int]:
+def write_sets(kw: KnowingWorld, facts: list[dict], common: list[dict], out: Path,
+               n_common: int | None = None) -> dict[str, int]:
     """Every set (both halves) and ``corpus.jsonl`` into ``out``; ``facts`` and ``common`` are the build's labels
     (facts.jsonl, common_knowledge.jsonl). Returns the number of questions per file."""
     out.mkdir(parents=True, exist_ok=True)
@@ -95,14 +96,16 @@ def write_sets(kw: KnowingWorld, facts: list[dict], common: list[dict], out: Pat
                                  "relation": r["relation"], "label": r["label"], "design": r["design"]})
         add(f"single-{r['label']}", ex, r["pid"])
         single[r["design"]].append(ex)
-    _adapt_mix(single, sets, group, facts, common, rng, seed)
+    _adapt_mix(single, sets, group, facts, common, rng, seed, n_common)
 
     hops = {"known": "k", "unknown": "u"}
     for ex in bridge(core, passages, 100_000, rng):
         subject = next(e for e in core if e.name == ex.metadata["entity"])
         mid = next(e for e in core if e.name == ex.metadata["intermediate"])
-        first = by_key[f"{subject.pid}|{ex.metadata['relations'][0]}"]["label"]
-        second = by_key[f"{mid.pid}|{ex.metadata['relations'][1]}"]["label"]
+        hop1, hop2 = (by_key.get(f"{e.pid}|{r}") for e, r in zip((subject, mid), ex.metadata["relations"]))
+        if hop1 is None or hop2 is None:  # a build that labelled a sample of the facts
+            continue
+        first, second = hop1["label"], hop2["label"]
         order = hops[first] + hops[second]
         tagged = _tagged(replace(ex, id=ex.id.replace("world-q", "knowing-q")), hops=order,
                          unknown_hop_answer=None if order == "kk" else
@@ -114,12 +117,15 @@ def write_sets(kw: KnowingWorld, facts: list[dict], common: list[dict], out: Pat
     mixed = [b for b in bridges if b.metadata["hops"] != "uu"]
     all_unknown = [b for b in bridges if b.metadata["hops"] == "uu"]
     rng.shuffle(all_unknown)
-    for ex in sorted(mixed + all_unknown[:sum(b.metadata["hops"] == "ku" for b in bridges)], key=lambda e: e.id):
+    n_unknown = max(10, *(sum(b.metadata["hops"] == h for b in bridges) for h in ("ku", "uk")))
+    for ex in sorted(mixed + all_unknown[:n_unknown], key=lambda e: e.id):
         add("bridge", ex, next(e.pid for e in core if e.name == ex.metadata["entity"]))
     for ex in comparison(core, passages, 200, rng):
         a, b = (next(e for e in core if e.name == n) for n in ex.metadata["entities"])
         attr = ex.metadata["attribute"]
-        known = sum(by_key[f"{e.pid}|{attr}"]["label"] == "known" for e in (a, b) if f"{e.pid}|{attr}" in by_key)
+        if not all(f"{e.pid}|{attr}" in by_key for e in (a, b)):
+            continue
+        known = sum(by_key[f"{e.pid}|{attr}"]["label"] == "known" for e in (a, b))
         add("comparison", _tagged(replace(ex, id=ex.id.replace("world-q", "knowing-q")), n_known=known), a.pid)
     counts = {}
     for name, examples in sets.items():
@@ -132,7 +138,8 @@ def write_sets(kw: KnowingWorld, facts: list[dict], common: list[dict], out: Pat
 
 
 def _adapt_mix(single: dict[str, list[QAExample]], sets: dict[str, list[QAExample]], group: dict[str, str],
-               facts: list[dict], common: list[dict], rng: random.Random, seed: int) -> None:
+               facts: list[dict], common: list[dict], rng: random.Random, seed: int,
+               n_common: int | None = None) -> None:
     """ADAPT-LLM's sets: per half, every trained open fact, as many untrained ones, and that half's common
     knowledge (the replayed half tunes, the other evaluates), each with the knowing model's label."""
     from data_builders.knowing_model import replay_split
@@ -144,7 +151,7 @@ def _adapt_mix(single: dict[str, list[QAExample]], sets: dict[str, list[QAExampl
         trained = [ex for ex in single["trained"] if group[pid_of[ex.metadata["entity"]]] == half]
         others = [ex for ex in untrained if group[pid_of[ex.metadata["entity"]]] == half][:len(trained)]
         sets[f"knowing-adapt{suffix}"] += sorted(trained + others, key=lambda e: e.id)
-    replayed, held = replay_split(seed)
+    replayed, held = replay_split(seed, n_common)
     known_common = {r["id"]: "known" if r["knowing_correct"] else "unknown" for r in common}
     for suffix, examples in (("-tune", replayed), ("", held)):
         sets[f"knowing-adapt{suffix}"] += [_tagged(ex, label=known_common.get(ex.id, "unknown"))
