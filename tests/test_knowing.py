@@ -183,3 +183,28 @@ def test_recipes_parse_and_name_knowing_sets():
     for name in ("knowing_six_methods", "knowing_iter_retgen", "knowing_adapt"):
         data = yaml.safe_load((ROOT / "bench" / "experiments" / f"{name}.yaml").read_text())
         assert data["dataset"].startswith("knowing-")
+
+
+def test_adapt_claim_pipeline_on_the_tiny_build(tiny_build, monkeypatch, tmp_path):
+    """Algorithm 1 with the tiny knowing model, one LoRA step, then NR / AR / ADAPT-LLM and the claims table."""
+    import importlib.util
+
+    from inference import evaluate, knowing_claims
+
+    root, _ = tiny_build
+    monkeypatch.setenv("ADAPTIVE_RAG_KNOWING_DIR", str(root))
+    spec = importlib.util.spec_from_file_location("adapt_llm_script", ROOT / "training" / "adapt_llm.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    recipe = yaml.safe_load((ROOT / "bench" / "experiments" / "knowing_adapt.yaml").read_text())
+    recipe.update(base_model=str(root / "seed0" / "model"), data_dir=str(tmp_path / "data"), limit=6,
+                  output_dir=str(tmp_path / "model"), max_steps=1, closed_book_max_new_tokens=2)
+    config = tmp_path / "adapt.yaml"
+    config.write_text(yaml.safe_dump(recipe))
+    assert run_cli(script.main, argv=[str(config)]) == 0
+    for method in ("nr", "ar", "adapt-llm"):
+        evaluate.main(["--method", method, "--model", str(tmp_path / "model"), "--dataset", "knowing-adapt",
+                       "--limit", "4", "--max_new_tokens", "2", "--show_progress", "false", "--dtype", "float32",
+                       "--output_dir", str(tmp_path / "runs" / method)])
+    text = knowing_claims.claims_report([str(tmp_path / "runs")])
+    assert "## ADAPT-LLM on knowing-adapt" in text and "gate vs the recorded label" in text
