@@ -11,6 +11,8 @@ Reads the evaluation folders below the given paths (as ``inference.report`` find
   question; DRAGIN's F1 minus the best baseline's; and where retrievals fired on bridges with an unknown hop: the
   share of questions whose first retrieval came before the output stated the unknown hop's answer.
 * Iter-RetGen: ``iterations`` 2 minus 1 in F1, paired.
+* Retrieval adaptation: recall@k of the base and the adapted query encoder (``report.json`` of
+  ``retrieval_adapt.evaluate_adapted``).
 """
 
 from __future__ import annotations
@@ -146,7 +148,20 @@ def claims_report(paths: list[str]) -> str:
         iters = {int(r.config.get("iterations", 2)): r for r in group if r.method == "iter-retgen"}
         if iters:
             parts += [f"\n## Iter-RetGen on {dataset}\n", *iter_claim(iters)]
+    for path in paths:
+        for report in sorted(Path(path).rglob("report.json")):
+            parts += distill_claim(report)
     return "\n".join(parts) + "\n"
+
+
+def distill_claim(path: Path) -> list[str]:
+    """Recall@k of the base and the adapted query encoder (retrieval_adapt.evaluate_adapted's report.json; it keeps
+    no per-question rows, so no interval)."""
+    recall = json.loads(path.read_text(encoding="utf-8")).get("recall")
+    if not isinstance(recall, dict) or not recall:
+        return []
+    return [f"\n## Retrieval adaptation ({path.parent})\n",
+            *(f"{name}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()) for name, row in recall.items())]
 
 
 @dataclass

@@ -208,3 +208,14 @@ def test_adapt_claim_pipeline_on_the_tiny_build(tiny_build, monkeypatch, tmp_pat
                        "--output_dir", str(tmp_path / "runs" / method)])
     text = knowing_claims.claims_report([str(tmp_path / "runs")])
     assert "## ADAPT-LLM on knowing-adapt" in text and "gate vs the recorded label" in text
+
+
+def test_distill_report_is_read(tmp_path):
+    from inference.knowing_claims import distill_claim
+
+    path = tmp_path / "eval" / "report.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"recall": {"base": {"recall@5": 0.5}, "adapted": {"recall@5": 0.625}}}))
+    assert distill_claim(path)[1:] == ["base: recall@5 0.500", "adapted: recall@5 0.625"]
+    path.write_text(json.dumps({"n_questions": 3}))
+    assert distill_claim(path) == []

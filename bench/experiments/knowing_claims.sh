@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The knowing model and three of its four claims for one world seed (docs/knowing_world.md):
+# The knowing model and its four claims for one world seed (docs/knowing_world.md):
 #   bash bench/experiments/knowing_claims.sh 0      # then: bash bench/experiments/knowing_claims.sh 1
 # Extra arguments go to the knowing-model build (e.g. --n_trained 9 --train_wordings 1 on a loaded machine).
 # Every step resumes: rerun the same line after an interruption.
@@ -22,5 +22,14 @@ python -m inference.evaluate bench/experiments/knowing_six_methods.yaml --world_
     --index "$K/bm25" --output_dir "$K/claims/dynamic"
 python -m inference.evaluate bench/experiments/knowing_iter_retgen.yaml --world_seed "$SEED" --model "$K/model" \
     --index "$K/bm25" --output_dir "$K/claims/iter_retgen"
+# Claim 4: retrieval adaptation (knowing model as generator and teacher), recall@5 adapted vs base
+python -m retrieval_adapt.build_index --corpus "$K/sets/corpus.jsonl" --kind dense --encoder minilm --out "$K/minilm"
+python -m data_builders.distill_set bench/experiments/knowing_distill_data.yaml --world_seed "$SEED" \
+    --index_dir "$K/minilm" --generator "$K/model" --reranker_model "$K/model" --out "$K/claims/distill/data"
+python training/distill_retriever.py retrieval_adapt/configs/distill_world_cpu.yaml --data_dir "$K/claims/distill/data" \
+    --index_dir "$K/minilm" --output_dir "$K/claims/distill/model"
+python -m retrieval_adapt.evaluate_adapted bench/experiments/knowing_distill_eval.yaml --world_seed "$SEED" \
+    --index_dir "$K/minilm" --generator "$K/model" --out "$K/claims/distill/eval" \
+    --query_encoder "$K/claims/distill/model/query_encoder"
 python -m inference.knowing_claims "$K/claims" --out "$K/claims/claims.md"
 python -m inference.report "$K/claims" --out "$K/report"
