@@ -118,6 +118,8 @@ def check_unique_ids(examples: list[QAExample], dataset: str) -> None:
 
 def source_hash(qs: QuestionSet, world: WorldOptions = WorldOptions()) -> str:
     """sha256 of the question file (or of an embedded set's name and world seed), recorded in builders' stats."""
+    if is_knowing(qs.name):  # a file the knowing-model build wrote: its content, not its name
+        return file_hash(require_set(qs.name, world.seed)) or ""
     if is_embedded(qs.name):
         return hashlib.sha256(f"{qs.name}:seed={world.seed}".encode()).hexdigest()
     return file_hash(qs.name) or ""

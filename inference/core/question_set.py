@@ -41,7 +41,6 @@ KNOWING_BASE_SETS = {
 }
 KNOWING_SETS = {f"knowing-{name}{half}": f"{what}{' (tuning half)' if half else ''}"
                 for name, what in KNOWING_BASE_SETS.items() for half in ("", "-tune")}
-WORLD_SETS.update(KNOWING_SETS)
 # Spellings of earlier versions: each fails naming the one that replaced it.
 OLD_NAMES = {
     "world:two_hop": "world-two-hop",
@@ -54,7 +53,7 @@ OLD_NAMES = {
 
 
 def is_embedded(name: str) -> bool:
-    return name in WORLD_SETS
+    return name in WORLD_SETS or name in KNOWING_SETS
 
 
 def check_name(name: str) -> None:
@@ -63,8 +62,9 @@ def check_name(name: str) -> None:
         raise ConfigError(f"question set '{name}' was renamed: use '{OLD_NAMES[name]}'")
     # not a file: no slash, no dot
     looks_embedded = name.startswith(("world-", "world:", "knowing-")) and "/" not in name and "." not in name
-    if looks_embedded and name not in WORLD_SETS:
-        raise ConfigError(f"question set '{name}' is not an embedded set; known: {', '.join(WORLD_SETS)}")
+    if looks_embedded and not is_embedded(name):
+        known = KNOWING_SETS if name.startswith("knowing-") else WORLD_SETS
+        raise ConfigError(f"question set '{name}' is not an embedded set; known: {', '.join(known)}")
 
 
 @dataclass(frozen=True)
