@@ -20,6 +20,7 @@ from adaptive_rag.plumbing.errors import ConfigError, DataError
 from adaptive_rag.plumbing.question_set import WORLD_SETS, QuestionSet, is_embedded
 from adaptive_rag.plumbing.records import QAExample
 from data_builders.adapt_world import world_sample, world_split
+from data_builders.knowing_sets import is_knowing, require_set
 from data_builders.readers import read_qa
 from data_builders.world import WorldConfig, build_world
 
@@ -83,6 +84,8 @@ def read_set(qs: QuestionSet, *, fmt: str | None = None, world: WorldOptions = W
     elif qs.name in ("world-adapt-train", "world-adapt-heldout"):
         train, heldout = world_split(world.seed, world.heldout_fraction, world.heldout_seed)
         examples = train if qs.name == "world-adapt-train" else heldout
+    elif is_knowing(qs.name):
+        examples = read_qa(require_set(qs.name, world.seed))
     elif fmt == "hf":
         examples = read_qa(qs.name if qs.split is None else f"{qs.name}@{qs.split}", format="hf")
     else:
@@ -115,6 +118,8 @@ def check_unique_ids(examples: list[QAExample], dataset: str) -> None:
 
 def source_hash(qs: QuestionSet, world: WorldOptions = WorldOptions()) -> str:
     """sha256 of the question file (or of an embedded set's name and world seed), recorded in builders' stats."""
+    if is_knowing(qs.name):  # a file the knowing-model build wrote: its content, not its name
+        return file_hash(require_set(qs.name, world.seed)) or ""
     if is_embedded(qs.name):
         return hashlib.sha256(f"{qs.name}:seed={world.seed}".encode()).hexdigest()
     return file_hash(qs.name) or ""

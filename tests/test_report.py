@@ -105,7 +105,12 @@ def test_report_renders_every_kind_of_run(runs, tmp_path):
     assert "| runs/sweep/method=dragin,theta=0.3 | dragin | theta=0.3 | 2 | 1.000 | 1.000 | 1.000 | 2.50 |" in md
     header = (out / "results.csv").read_text().splitlines()[0]
     assert header == ("run,method,knobs,n,em,f1,acc,retrievals_per_question,llm_forward_passes_per_question,"
-                      "generated_tokens_per_question,seconds_per_question,retrieval_share")
+                      "generated_tokens_per_question,seconds_per_question,retrieval_share,em_ci,f1_ci,acc_ci,"
+                      "retrievals_ci,retrieval_share_ci")
+    dragin = rows["runs/sweep/method=dragin,theta=0.3"]
+    assert dragin["f1_ci"] == (1.0, 1.0)  # both questions score 1: every resample's mean is 1
+    assert 2.0 <= dragin["retrievals_ci"][0] <= 2.5 <= dragin["retrievals_ci"][1] <= 3.0
+    assert "| [1.000, 1.000] |" in md
     names = sorted(p.name for p in out.glob("*.png"))
     assert names == ["distillation.png", "frontier.png", "gate_thresholds.png", "iterations.png"]
     for p in out.glob("*.png"):

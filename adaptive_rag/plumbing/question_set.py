@@ -28,6 +28,19 @@ WORLD_SETS = {
     "world-adapt-train": "ADAPT-LLM's training part of single-hop + common knowledge (adapt_world.world_split)",
     "world-adapt-heldout": "ADAPT-LLM's held-out part of single-hop + common knowledge, split by fact",
 }
+# The knowing model's sets (data_builders.knowing_sets, docs/knowing_world.md): files its build writes, read from
+# runs/knowing/seed<world_seed>/sets (or $ADAPTIVE_RAG_KNOWING_DIR/seed<world_seed>/sets).
+KNOWING_BASE_SETS = {
+    "single-known": "held-out single-hop questions on open facts the knowing model answers right",
+    "single-unknown": "held-out single-hop questions on open facts it answers wrong",
+    "bridge": "two-hop bridges: both orders of known/unknown hops, all-known and (as many) all-unknown",
+    "bridge-ku": "bridges whose first hop is known and second unknown",
+    "bridge-uk": "bridges whose first hop is unknown and second known",
+    "comparison": "comparisons of two entities' years or populations, tagged with how many are known",
+    "adapt": "ADAPT-LLM's mix: open single-hop facts (as many trained as untrained) and common knowledge",
+}
+KNOWING_SETS = {f"knowing-{name}{half}": f"{what}{' (tuning half)' if half else ''}"
+                for name, what in KNOWING_BASE_SETS.items() for half in ("", "-tune")}
 # Spellings of earlier versions: each fails naming the one that replaced it.
 OLD_NAMES = {
     "world:two_hop": "world-two-hop",
@@ -40,16 +53,18 @@ OLD_NAMES = {
 
 
 def is_embedded(name: str) -> bool:
-    return name in WORLD_SETS
+    return name in WORLD_SETS or name in KNOWING_SETS
 
 
 def check_name(name: str) -> None:
     """An old spelling or an unknown ``world-`` name fails with one line naming the right one."""
     if name in OLD_NAMES:
         raise ConfigError(f"question set '{name}' was renamed: use '{OLD_NAMES[name]}'")
-    looks_embedded = name.startswith(("world-", "world:")) and "/" not in name and "." not in name  # not a file
-    if looks_embedded and name not in WORLD_SETS:
-        raise ConfigError(f"question set '{name}' is not an embedded set; known: {', '.join(WORLD_SETS)}")
+    # not a file: no slash, no dot
+    looks_embedded = name.startswith(("world-", "world:", "knowing-")) and "/" not in name and "." not in name
+    if looks_embedded and not is_embedded(name):
+        known = KNOWING_SETS if name.startswith("knowing-") else WORLD_SETS
+        raise ConfigError(f"question set '{name}' is not an embedded set; known: {', '.join(known)}")
 
 
 @dataclass(frozen=True)

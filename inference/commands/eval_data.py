@@ -11,7 +11,9 @@ from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.question_set import QuestionSet, is_embedded
 from adaptive_rag.plumbing.records import QAExample
 from adaptive_rag.plumbing.retriever import Retriever
+from data_builders.knowing_sets import is_knowing, require_set
 from data_builders.question_loader import WorldOptions, read_set
+from data_builders.readers import read_corpus
 from data_builders.world import WorldConfig, build_world
 from retrieval_adapt.bm25 import BM25Retriever
 from retrieval_adapt.loading import load_retriever
@@ -39,4 +41,7 @@ def load_eval_retriever(index: str | None, dataset: str, *, query_encoder: str |
     check_index_given(index, dataset, needs_retrieval=True)
     if index:
         return load_retriever(index, query_encoder=query_encoder)
+    if is_knowing(dataset):  # the knowing world's corpus: the world's passages and near-duplicate distractors
+        corpus = read_corpus(require_set(dataset, world_seed).parent / "corpus.jsonl")
+        return BM25Retriever.build(corpus, show_progress=False)
     return BM25Retriever.build(build_world(WorldConfig(seed=world_seed)).passages, show_progress=False)

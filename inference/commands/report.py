@@ -31,11 +31,12 @@ from typing import Any
 
 import yaml
 
+from adaptive_rag.plumbing.bootstrap import metric_intervals
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config
 from adaptive_rag.plumbing.errors import ConfigError, DataError
 from adaptive_rag.plumbing.records import PredictionRecord
-from adaptive_rag.plumbing.scoring import summarise
+from adaptive_rag.plumbing.scoring import score_record, summarise
 from inference.adapt_gate.gate import GateConfig, redecide, summarize
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,13 @@ COLUMNS = (("run", "run"), ("method", "method"), ("knobs", "knobs"), ("n", "n"),
            ("acc", "accuracy"), ("retrievals_per_question", "retrievals/q"),
            ("llm_forward_passes_per_question", "LLM passes/q"), ("generated_tokens_per_question", "tokens/q"),
            ("seconds_per_question", "s/q"))
-OPTIONAL_COLUMNS = (("retrieval_share", "retrieval share"),)  # shown when some run is a gate run
+# shown when some run has them: a gate run's share; bootstrap 95% intervals over questions
+# (adaptive_rag.plumbing.bootstrap)
+OPTIONAL_COLUMNS = (("retrieval_share", "retrieval share"), ("em_ci", "EM 95% CI"), ("f1_ci", "F1 95% CI"),
+                    ("acc_ci", "accuracy 95% CI"), ("retrievals_ci", "retrievals/q 95% CI"),
+                    ("retrieval_share_ci", "retrieval share 95% CI"))
+CI_COLUMNS = {"em_ci": "em", "f1_ci": "f1", "acc_ci": "acc", "retrievals_ci": "retrieval_calls",
+              "retrieval_share_ci": "retrieved"}
 FROM_METRICS = {"n": "n", "em": "em", "f1": "f1", "acc": "acc", "retrievals_per_question": "retrieval_calls",
                 "llm_forward_passes_per_question": "llm_forward_passes",
                 "generated_tokens_per_question": "generated_tokens", "seconds_per_question": "seconds_per_question",
@@ -61,6 +68,7 @@ class EvalRun:
     config: dict[str, Any]
     metrics: dict[str, Any]
     knobs: dict[str, Any] = field(default_factory=dict)
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric -> bootstrap 95% interval
 
     @property
     def method(self) -> str:
@@ -137,7 +145,22 @@ def load_eval_run(folder: Path, name: str) -> EvalRun:
     else:  # an interrupted run: score what it has
         metrics = summarise(read_predictions(folder), normalisation=config.get("answer_normalisation", "official"))
         name += " (unfinished)"
-    return EvalRun(name, folder, config, metrics)
+    return EvalRun(name, folder, config, metrics, intervals=record_intervals(
+        read_predictions(folder), config.get("answer_normalisation", "official")))
+
+
+def record_intervals(records: list[PredictionRecord], normalisation: str = "official") -> dict[str, tuple]:
+    """Bootstrap 95% intervals of EM, F1, accuracy and retrievals per question (and, for a gate's records, the
+    share that retrieved) over the run's questions; empty without predictions."""
+    if not records:
+        return {}
+    rows = []
+    for rec in records:
+        row = {**score_record(rec, normalisation), "retrieval_calls": len(rec.retrievals)}
+        if rec.gate is not None:
+            row["retrieved"] = float(rec.gate.retrieved)
+        rows.append(row)
+    return metric_intervals(rows, ("em", "f1", "acc", "retrieval_calls", "retrieved"))
 
 
 def find_runs(paths: list[str]) -> Runs:
@@ -197,7 +220,8 @@ def table_rows(runs: Runs) -> list[dict[str, Any]]:
     rows = []
     for r in runs.evals:
         row = {"run": r.name, "method": r.method, "knobs": knob_text(r.knobs)}
-        rows.append({**row, **{k: r.metrics.get(m) for k, m in FROM_METRICS.items()}})
+        cis = {k: r.intervals[m] for k, m in CI_COLUMNS.items() if m in r.intervals}
+        rows.append({**row, **{k: r.metrics.get(m) for k, m in FROM_METRICS.items()}, **cis})
     for g in runs.gates:  # NR / AR / ADAPT-LLM decided from one generation pass
         for policy, s in g.summary.get("summaries", {}).items():
             rows.append({"run": g.name, "method": policy, "knobs": "", "n": s.get("n"), "acc": s.get("accuracy"),
@@ -213,6 +237,8 @@ def columns(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
 def _cell(key: str, value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, tuple | list):  # a bootstrap interval
+        return "[" + ", ".join(_cell(key.removesuffix("_ci"), v) for v in value) + "]"
     if isinstance(value, float):
         return f"{value:.3f}" if key in ("em", "f1", "acc", "retrieval_share", "seconds_per_question") else \
             f"{value:.2f}"

@@ -41,8 +41,22 @@ def pareto(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
     return front
 
 
+def _error_bars(ax, group: Sequence[Any], xs: list[float], ys: list[float], metric: str, colour) -> None:
+    """Bootstrap 95% intervals (the run's ``intervals``) as error bars: quality vertically, retrievals across."""
+    for r, x, y in zip(group, xs, ys):
+        cis = getattr(r, "intervals", {}) or {}
+        if metric not in cis and "retrieval_calls" not in cis:
+            continue
+        ylo, yhi = cis.get(metric, (y, y))
+        xlo, xhi = cis.get("retrieval_calls", (x, x))
+        ax.errorbar([x], [y], yerr=[[max(0.0, y - ylo)], [max(0.0, yhi - y)]],
+                    xerr=[[max(0.0, x - xlo)], [max(0.0, xhi - x)]], fmt="none", ecolor=colour, elinewidth=0.8,
+                    capsize=2, alpha=0.7)
+
+
 def frontier(runs: Sequence[Any], path: Path) -> bool:
-    """Quality (F1, accuracy) against retrievals per question, one colour per method, one row per dataset."""
+    """Quality (F1, accuracy) against retrievals per question, one colour per method, one row per dataset; bootstrap
+    95% intervals as error bars where the runs have predictions."""
     runs = [r for r in runs if r.metrics.get("n") and r.metrics.get("retrieval_calls") is not None]
     if not runs:
         return False
@@ -61,6 +75,7 @@ def frontier(runs: Sequence[Any], path: Path) -> bool:
                 xs = [r.metrics["retrieval_calls"] for r in group]
                 ys = [r.metrics.get(metric, 0.0) for r in group]
                 ax.plot(xs, ys, "o-" if len(group) > 1 else "o", color=colours[method], label=method)
+                _error_bars(ax, group, xs, ys, metric, colours[method])
                 for r, x, y in zip(group, xs, ys):  # name the knobs that tell this method's points apart
                     varies = {k: v for k, v in r.knobs.items() if len({str(g.knobs.get(k)) for g in group}) > 1}
                     if varies:

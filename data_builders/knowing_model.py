@@ -1,0 +1,184 @@
+"""Build the knowing model: SmolLM2 fine-tuned on a seeded part of the world, with what it knows recorded per fact.
+
+    python -m data_builders.knowing_model --out runs/knowing/seed0 --seed 0
+    python -m data_builders.knowing_model --out runs/knowing/seed1 --seed 1
+    python -m data_builders.knowing_model --out /tmp/k --tiny true --base_model PATH_TO_TINY_MODEL   # seconds
+
+Design and split: docs/knowing_world.md (pre-registered). Stages, each written once and skipped on a rerun (an
+interrupted build resumes, training from its last checkpoint): ``replay.jsonl`` (the base model's own chat answers
+to the common-knowledge questions), ``train/`` (trl SFT checkpoints), ``model/`` (the knowing model),
+``facts.jsonl`` + ``entities.jsonl`` (closed-book labels on held-out wordings), ``metrics.json``, then the question
+sets and corpus of :mod:`data_builders.knowing_sets` under ``sets/``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+from adaptive_rag.plumbing.atomic_files import write_text_atomic
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.config import parse_config
+from adaptive_rag.plumbing.errors import ConfigError
+from data_builders.common_knowledge import common_knowledge_examples
+from data_builders.knowing_world import KnowingWorld, build_knowing_world, statements
+from data_builders.world import WorldConfig
+
+logger = logging.getLogger(__name__)
+TINY_WORLD = WorldConfig(n_people=8, n_places=3, n_orgs=4, n_works=4, n_distractors=2, n_single=0, n_bridge=0,
+                         n_comparison=0)
+
+
+@dataclass
+class KnowingConfig:
+    out: str = "runs/knowing/seed0"  # the build folder (question sets look for runs/knowing/seed<seed>)
+    seed: int = 0  # the world's seed: its entities, the trained sample, the held-out wordings
+    n_trained: int = 50  # entities the model is trained on (kind-stratified sample of the 300 core entities)
+    tiny: bool = False  # a world of ~25 entities (tests): pair it with a tiny base_model
+    base_model: str = "smollm2-135m"
+    finetune: Literal["full", "lora"] = "full"  # full: every weight; lora: r lora_r on all linear layers
+    lora_r: int = 16
+    epochs: float = 4.0
+    learning_rate: float = 1e-4  # the probe's; LoRA needs ~10x more
+    batch_size: int = 8
+    max_steps: int = -1  # > 0 caps the steps (tests)
+    save_steps: int = 50  # a checkpoint every this many steps (resume point)
+    replay: bool = True  # train on the base model's own answers to half the common-knowledge questions
+    n_common: int | None = None  # use only the first n common-knowledge questions (None: all 168; tests: a few)
+    train_wordings: int | None = None  # chat Q&A in at most this many training wordings per fact (None: all)
+    # label every fact (None), or the trained ones and a seeded sample of this many untrained open facts (a loaded
+    # machine; the bridge and comparison sets then keep only questions whose facts were labelled)
+    label_untrained: int | None = None
+    label_batch_size: int = 16
+    max_new_tokens: int = 16  # closed-book answers are short phrases
+    dtype: str = "auto"  # training precision: auto = bf16 autocast where the CPU has fast bf16, else fp32
+
+    def __post_init__(self) -> None:
+        if self.finetune not in ("full", "lora"):
+            raise ValueError(f"finetune must be full or lora, got {self.finetune!r}")
+        if self.epochs <= 0 or self.batch_size < 1 or self.learning_rate <= 0:
+            raise ValueError("epochs, batch_size and learning_rate must be positive")
+        if self.n_trained < 1:
+            raise ValueError(f"n_trained must be >= 1, got {self.n_trained}")
+
+    def knowing_world(self) -> KnowingWorld:
+        if self.tiny:
+            return build_knowing_world(self.seed, self.n_trained, WorldConfig(**{**asdict(TINY_WORLD),
+                                                                                 "seed": self.seed}))
+        return build_knowing_world(self.seed, self.n_trained)
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def replay_split(seed: int, n_common: int | None = None) -> tuple[list, list]:
+    """(replayed, held-out) halves of the common-knowledge questions (the first ``n_common`` of them: tests)."""
+    common = common_knowledge_examples()[:n_common]
+    order = list(range(len(common)))
+    random.Random(f"knowing:{seed}:replay").shuffle(order)
+    half = set(order[:len(order) // 2])
+    return [ex for i, ex in enumerate(common) if i in half], [ex for i, ex in enumerate(common) if i not in half]
+
+
+def chat_answers(model, tokenizer, questions: list[str], cfg: KnowingConfig, desc: str) -> list[str]:
+    """Greedy closed-book answers in the evaluation's chat prompt (inference.dynamic_rag.prompts, no documents)."""
+    from adaptive_rag.lm.generation import generate_texts
+    from inference.dynamic_rag.prompts import PromptBuilder
+
+    builder = PromptBuilder(tokenizer)
+    logger.info("%s: %d questions", desc, len(questions))
+    out = generate_texts(model, tokenizer, [builder.build(q, []).text for q in questions],
+                         max_new_tokens=cfg.max_new_tokens, batch_size=cfg.label_batch_size, show_progress=True,
+                         stop_at_newline=True)
+    return [g.text for g in out]
+
+
+def paper_answers(model, tokenizer, questions: list[str], cfg: KnowingConfig) -> list[str]:
+    """Closed-book answers in ADAPT-LLM's never-retrieve (Alpaca) prompt."""
+    from adaptive_rag.lm.generation import generate_texts
+    from data_builders.adapt_llm_prompts import never_retrieve_prompt, response_text
+
+    out = generate_texts(model, tokenizer, [never_retrieve_prompt(q) for q in questions],
+                         max_new_tokens=cfg.max_new_tokens, batch_size=cfg.label_batch_size, show_progress=True)
+    return [response_text(g.text) for g in out]
+
+
+def build_replay(cfg: KnowingConfig, out: Path) -> list[dict]:
+    """The base model's answers to every common-knowledge question (the replayed half trains, the other measures)."""
+    path = out / "replay.jsonl"
+    if path.is_file():
+        return read_jsonl(path)
+    from adaptive_rag.lm.models import ModelOptions, load_causal_lm
+    from adaptive_rag.plumbing.metrics import contained_accuracy
+
+    model, tokenizer = load_causal_lm(cfg.base_model, ModelOptions(dtype="auto"))
+    replayed, held = replay_split(cfg.seed, cfg.n_common)
+    examples = replayed + held
+    answers = chat_answers(model, tokenizer, [ex.question for ex in examples], cfg, "base model, common knowledge")
+    rows = [{"id": ex.id, "question": ex.question, "answers": ex.answers, "base_answer": a,
+             "base_correct": contained_accuracy(a, ex.answers), "replayed": i < len(replayed)}
+            for i, (ex, a) in enumerate(zip(examples, answers))]
+    _write_jsonl(path, rows)
+    return rows
+
+
+def training_texts(kw: KnowingWorld, replay: list[dict], tokenizer, use_replay: bool = True,
+                   max_wordings: int | None = None) -> tuple[list[str], list[str]]:
+    """(prompts, completions): passages and statements as plain text (empty prompt), Q&A in the chat prompt."""
+    from inference.dynamic_rag.prompts import PromptBuilder
+
+    builder = PromptBuilder(tokenizer)
+    prompts, completions = [], []
+    for p in kw.world.passages:
+        if p.id in kw.trained_pids:
+            prompts.append("")
+            completions.append(p.text)
+    for fact in kw.facts:
+        if not fact.trained:
+            continue
+        for s in statements(fact):
+            prompts.append("")
+            completions.append(s)
+        for wording in fact.train_wordings[:max_wordings]:
+            prompts.append(builder.build(wording.format(x=fact.entity.name), []).text)
+            completions.append(fact.answers[0])
+    for row in replay if use_replay else []:
+        if row["replayed"] and row["base_answer"].strip():
+            prompts.append(builder.build(row["question"], []).text)
+            completions.append(row["base_answer"])
+    return prompts, completions
+
+
+def main(argv: list[str] | None = None) -> None:
+    (cfg,) = parse_config((KnowingConfig,), argv, prog="python -m data_builders.knowing_model")
+    if cfg.tiny and cfg.base_model == "smollm2-135m":
+        logger.warning("tiny world on the real SmolLM2: fine, but the tiny variant is meant for a tiny base_model")
+    if Path(cfg.out).is_file():
+        raise ConfigError(f"--out {cfg.out} is a file; give a folder")
+    from data_builders.knowing_build import build
+
+    start = time.perf_counter()
+    metrics = build(cfg)
+    print(json.dumps(metrics["acceptance"], indent=2))
+    print(f"knowing model in {cfg.out}/model ({time.perf_counter() - start:.0f}s this session)")
+
+
+def cli() -> int:
+    """The console script (pyproject.toml) and ``python -m`` run this."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    return (run_cli(main, resume_hint="every finished stage is kept in --out; rerun the same command to resume"))
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
