@@ -18,7 +18,7 @@ import torch
 import yaml
 
 from adaptive_rag.plumbing.atomic_files import write_text_atomic
-from adaptive_rag.plumbing.config import DataError
+from adaptive_rag.plumbing.errors import DataError
 from data_builders.knowing_model import (
     KnowingConfig,
     _write_jsonl,
