@@ -1,7 +1,8 @@
 """The compute bound of a run: how long its model calls' matrix products alone take on this machine.
 
 A probe times the model's own linear layers (one decoder layer's, and the LM head) on inputs of 1 to 512 rows in
-the model's dtype (through the prepacked kernel where the runs use it), in the same process as the runs. Each
+the model's dtype (through the prepacked kernel where the runs use it), in the same process as the runs, before
+and after them; the fastest time of each product counts (a neighbour's load only ever slows a product down). Each
 model call a :class:`~inference.core.profiling.Profile` recorded (``Profile.work``: real tokens, LM-head rows,
 attention pairs) is then priced:
 
@@ -18,7 +19,6 @@ distance left to gain.
 
 from __future__ import annotations
 
-import statistics
 import time
 from bisect import bisect_left
 from dataclasses import dataclass
@@ -94,7 +94,7 @@ def _time(fn, budget: float = 0.05) -> float:
         start = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    return min(samples)
 
 
 @torch.no_grad()
@@ -119,6 +119,13 @@ def probe(model, packed_linears: bool = True, rows: tuple[int, ...] = ROWS) -> M
                        layer_flops_per_row=2.0 * sum(m.weight.numel() for m in linears),
                        head_flops_per_row=2.0 * head.weight.numel(), layers=len(stack),
                        attention_flops_per_pair=4.0 * heads * head_dim)
+
+
+def fastest(a: MatmulProbe, b: MatmulProbe) -> MatmulProbe:
+    """Each product's faster time of two probes of the same model."""
+    return MatmulProbe(a.rows, [min(x, y) for x, y in zip(a.layer_seconds, b.layer_seconds)],
+                       [min(x, y) for x, y in zip(a.head_seconds, b.head_seconds)], a.layer_flops_per_row,
+                       a.head_flops_per_row, a.layers, a.attention_flops_per_pair)
 
 
 def bound(calls: list[tuple[str, int, int, int]], p: MatmulProbe) -> dict[str, dict[str, float]]:

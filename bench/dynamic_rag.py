@@ -105,7 +105,8 @@ def run_baseline(ref: DraginReplay, examples, tokenizer) -> tuple[list[dict], fl
     return records, seconds, profile
 
 
-def run_engine(make_engine, examples, tokenizer, head: list[int] | None) -> tuple[list[dict], float, Profile, int]:
+def run_engine(make_engine, examples, tokenizer, head: list[int] | None,
+               head_once: bool = True) -> tuple[list[dict], float, Profile, int]:
     """One engine run; the shared head's own prefill counts in its time. ``make_engine`` builds an engine whose
     config has ``shared_head=False``: the head is set here, so that it is prefilled once."""
     profile = Profile()
@@ -113,6 +114,7 @@ def run_engine(make_engine, examples, tokenizer, head: list[int] | None) -> tupl
         start = time.perf_counter()
         engine = make_engine()
         engine.decoder.profile = profile
+        engine.decoder.head_once = head_once
         engine.decoder.set_shared_prefix(head)  # None: off
         for name, section in ENGINE_METHODS.items():
             if hasattr(engine, name):
@@ -230,6 +232,9 @@ def main() -> None:
     parser.add_argument("--dragin-profile", default="paper", choices=["paper", "reference"],
                         help="which reading of DRAGIN (inference/methods.py); the authors' code is 'reference'")
     parser.add_argument("--qfs-top-n", type=int, default=None, help="QFS words (default: the profile's)")
+    parser.add_argument("--head-attention", default="once", choices=["once", "both"],
+                        help="both: also run the engine with a copy of the shared head in every row's cache (decode "
+                             "steps read it once per row), as before the head was scored once per batch")
     parser.add_argument("--replay", default="on", choices=["on", "off"],
                         help="also run the replay (the engine's decisions without cache or batch, full attention "
                              "passes): the check that outputs are identical, and the older baseline")
@@ -256,11 +261,14 @@ def main() -> None:
                        packed_linears=args.packed_linears != "off")
     head = prompt_head_ids(tokenizer, prompts)
     # each engine variant: the shared head it gets (None: off) and its config
-    engines = {"engine": (head if args.shared_head != "off" else None, cfg)}
+    engines = {"engine": (head if args.shared_head != "off" else None, cfg, True)}
     if args.shared_head == "both":
-        engines = {"engine_no_head": (None, cfg), **engines}
+        engines = {"engine_no_head": (None, cfg, True), **engines}
+    if args.head_attention == "both":
+        engines = {"engine_head_per_row": (engines["engine"][0], cfg, False), **engines}
     if args.packed_linears == "both":
-        engines = {"engine_stock_linears": (engines["engine"][0], replace(cfg, packed_linears=False)), **engines}
+        engines = {"engine_stock_linears": (engines["engine"][0], replace(cfg, packed_linears=False), True),
+                   **engines}
 
     baselines = {"authors": AuthorsPatternDragin(model, tokenizer, retriever, prompts, method, args.max_new_tokens,
                                                  attn=args.authors_attn)}
@@ -289,9 +297,10 @@ def main() -> None:
             records[name], t, prof = run_baseline(base, examples, tokenizer)
             seconds[name].append(t)
             profiles[name].append(prof)
-        for name, (h, c) in engines.items():
+        for name, (h, c, once) in engines.items():
             records[name], t, prof, passes[name] = run_engine(
-                lambda c=c: DynamicRAGEngine(model, tokenizer, retriever, prompts, method, c), examples, tokenizer, h)
+                lambda c=c: DynamicRAGEngine(model, tokenizer, retriever, prompts, method, c), examples, tokenizer, h,
+                once)
             seconds[name].append(t)
             profiles[name].append(prof)
         if args.overhead == "on":
@@ -300,6 +309,7 @@ def main() -> None:
         print(f"  round {r + 1}: " + "  ".join(f"{n} {s[-1]:.1f}s" for n, s in seconds.items()) +
               f"  load {harness.load_1min()}", flush=True)
     loads.append(os.getloadavg())
+    matmul = compute_bound.fastest(matmul, compute_bound.probe(model, packed_linears=cfg.packed_linears))
 
     n = len(examples)
 
@@ -319,8 +329,13 @@ def main() -> None:
         "identical_outputs_authors": share_same("authors", "engine", lambda r: r["output"]),
         **({"identical_outputs": share_same("replay", "engine", lambda r: r["output"]),
             "identical_queries": share_same("replay", "engine", queries)} if "replay" in records else {}),
+        **({f"identical_queries_{name.removeprefix('engine_')}": share_same("replay", name, queries)
+            for name in engines if name != "engine"} if "replay" in records else {}),
         **({"identical_outputs_head_vs_no_head": share_same("engine_no_head", "engine", lambda r: r["output"])}
            if "engine_no_head" in records else {}),
+        **({"identical_outputs_head_once_vs_per_row": share_same("engine_head_per_row", "engine",
+                                                                 lambda r: r["output"])}
+           if "engine_head_per_row" in records else {}),
         **{f"{name}_retrievals_per_q": sum(len(r["retrievals"]) for r in recs) / n for name, recs in records.items()},
         **{f"{name}_forward_passes": base.forward_passes // args.repeats for name, base in baselines.items()},
         **{f"{name}_forward_passes": p for name, p in passes.items()},
@@ -368,7 +383,9 @@ def main() -> None:
     print(f"engine vs authors' pattern (other attention rows, so other decisions): identical outputs "
           f"{results['identical_outputs_authors']:.2%}"
           + (f"; engine with and without the shared head: {results['identical_outputs_head_vs_no_head']:.2%} "
-             "identical" if "identical_outputs_head_vs_no_head" in results else ""))
+             "identical" if "identical_outputs_head_vs_no_head" in results else "")
+          + (f"; head once vs per row: {results['identical_outputs_head_once_vs_per_row']:.2%} identical"
+             if "identical_outputs_head_once_vs_per_row" in results else ""))
     if plain_vs_signals:
         print(f"plain generate vs signal decoder, batch {args.batch_size} × {args.max_new_tokens} tokens: "
               f"{results['plain_generate_seconds']:.1f}s vs {results['signal_decode_seconds']:.1f}s (× "

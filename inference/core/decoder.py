@@ -90,7 +90,8 @@ class BatchDecoder:
 
     def __init__(self, model, tokenizer, *, reduce: HeadReduce = "mean", stop_token_ids: set[int] | None = None,
                  capture: bool = True, watch_token_ids: tuple[int, ...] = (),
-                 shared_prefix_ids: list[int] | None = None, max_batch: int = 0, packed_linears: bool = True):
+                 shared_prefix_ids: list[int] | None = None, max_batch: int = 0, packed_linears: bool = True,
+                 head_once: bool = True):
         self.model, self.tokenizer = model, tokenizer
         # every model call below runs inside ``with self.linears`` (bf16 on a CPU: weights prepacked once)
         self.linears = linear_packing(model, enabled=packed_linears)
@@ -109,6 +110,9 @@ class BatchDecoder:
         self.forward_passes = 0
         self.watch_token_ids = tuple(watch_token_ids)  # their first-step probabilities go to Sequence.first_probs
         self.profile: Profile | None = None  # attach one to time prefill, decode steps and cache reshuffles
+        # decode steps score the shared head once for the batch (False: each row's cache holds a copy, as before;
+        # the benchmark's comparison)
+        self.head_once = head_once
         self.prefix_ids: list[int] = []
         self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer, batch 1
         self._prefix_f32: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer (H_kv, P, D), for decode steps
@@ -255,8 +259,9 @@ class BatchDecoder:
                 seq.first_probs = dict(zip(self.watch_token_ids, watched[b]))
             self._record_choice(seq, int(token[b]), float(prob[b]), float(entropy[b]))
         self.seqs = self.seqs + list(seqs)
-        own_kv = [(k[:, :, head:], v[:, :, head:]) for k, v in layers(cache)]
-        return own_kv, mask[:, head:], token, torch.full((len(seqs),), head > 0, device=self.device)
+        cut = head if self.head_once else 0  # the head's columns stay out of the batch cache
+        own_kv = [(k[:, :, cut:], v[:, :, cut:]) for k, v in layers(cache)]
+        return own_kv, mask[:, cut:], token, torch.full((len(seqs),), cut > 0, device=self.device)
 
     @torch.no_grad()
     def step(self) -> None:
