@@ -67,14 +67,20 @@ class MatmulProbe:
     def head_time(self, r: float) -> float:
         return self._interp(self.rows, self.head_seconds, r)
 
+    def _best_per_row(self) -> float:
+        # the wide products (64 rows and more) run at the machine's full rate: the best of them is the rate, since
+        # a long product is the likeliest to be slowed by a neighbour's job during the probe
+        wide = [s / r for r, s in zip(self.rows, self.layer_seconds) if r >= min(64, self.rows[-1])]
+        return min(wide)
+
     @property
     def per_token_saturated(self) -> float:
-        """Seconds per token through every layer at the widest probed product."""
-        return self.layers * self.layer_seconds[-1] / self.rows[-1]
+        """Seconds per token through every layer at the best rate of the wide products."""
+        return self.layers * self._best_per_row()
 
     @property
     def saturated_rate(self) -> float:
-        return self.layer_flops_per_row * self.rows[-1] / self.layer_seconds[-1]
+        return self.layer_flops_per_row / self._best_per_row()
 
     def rate(self, r: int) -> float:
         """FLOP/s of the layers' linear products at ``r`` rows."""
@@ -142,8 +148,11 @@ def bound(calls: list[tuple[str, int, int, int]], p: MatmulProbe) -> dict[str, d
     return out
 
 
-def probe_figures(p: MatmulProbe, batch: int) -> dict[str, float]:
-    """Flat figures of the probe: GFLOP/s of the layers' products at 1 row, at ``batch`` rows and at 512."""
+def probe_figures(p: MatmulProbe, batch: int) -> dict[str, float | list[float]]:
+    """Flat figures of the probe: GFLOP/s of the layers' products at 1 row, at ``batch`` rows and at 512, the
+    saturated rate the bound uses for prefill and attention, and the probe's own times (bounds can be recomputed)."""
     rows = sorted({1, batch, p.rows[-1]})
     return {**{f"matmul_gflops_{r}_rows": p.rate(r) / 1e9 for r in rows},
-            **{f"lm_head_gflops_{r}_rows": p.head_rate(r) / 1e9 for r in rows}}
+            **{f"lm_head_gflops_{r}_rows": p.head_rate(r) / 1e9 for r in rows},
+            "matmul_gflops_saturated": p.saturated_rate / 1e9, "probe_rows": list(p.rows),
+            "probe_layer_seconds": p.layer_seconds, "probe_head_seconds": p.head_seconds}

@@ -203,8 +203,9 @@ def bound_figures(name: str, profiles: list[Profile], matmul, wall: float) -> di
 
 def print_bound(results: dict, runners: list[str], matmul, batch: int) -> None:
     rates = "  ".join(f"{r} rows {matmul.rate(r) / 1e9:.0f}" for r in sorted({1, batch, matmul.rows[-1]}))
-    print(f"compute bound: the model's linear layers on this machine, GFLOP/s at {rates} (LM head at 1 row "
-          f"{matmul.head_rate(1) / 1e9:.0f}); model calls priced at those rates (bench/compute_bound.py)")
+    print(f"compute bound: the model's linear layers on this machine, GFLOP/s at {rates}, saturated "
+          f"{matmul.saturated_rate / 1e9:.0f} (LM head at 1 row {matmul.head_rate(1) / 1e9:.0f}); model calls priced "
+          "at those rates (bench/compute_bound.py)")
     rows = []
     for phase in compute_bound.PHASES:
         for field, label in (("tokens", "tokens"), ("gflop", "GFLOP"), ("bound_s", "bound s")):

@@ -150,6 +150,10 @@ def test_compute_bound_prices_each_call_by_hand():
                            layer_flops_per_row=100.0, head_flops_per_row=1000.0, layers=2,
                            attention_flops_per_pair=10.0)
     assert probe.layer_time(3) == 3.0 and probe.layer_time(8) == 8.0 and probe.saturated_rate == 100.0
+    # a wide product slowed during the probe does not lower the saturated rate: the best wide product's counts
+    slowed = cb.MatmulProbe(rows=(1, 64, 128), layer_seconds=[1.0, 64.0, 256.0], head_seconds=[1.0, 1.0, 1.0],
+                            layer_flops_per_row=100.0, head_flops_per_row=1.0, layers=1, attention_flops_per_pair=1.0)
+    assert slowed.per_token_saturated == 1.0 and slowed.saturated_rate == 100.0
     calls = [("decode", 2, 2, 5), ("prefill", 3, 1, 6), ("attention_pass", 8, 8, 36)]
     got = cb.bound(calls, probe)
     # decode: 2 layers x 2 s + head 0.5 + 2 x 10 x 5 FLOPs / 100 = 5.5
