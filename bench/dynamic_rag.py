@@ -108,7 +108,7 @@ def run_baseline(ref: DraginReplay, examples, tokenizer) -> tuple[list[dict], fl
 
 
 def run_engine(make_engine, examples, tokenizer, head: list[int] | None,
-               head_once: bool = True) -> tuple[list[dict], float, Profile, int]:
+               head_once: bool | None = None) -> tuple[list[dict], float, Profile, int]:
     """One engine run; the shared head's own prefill counts in its time. ``make_engine`` builds an engine whose
     config has ``shared_head=False``: the head is set here, so that it is prefilled once."""
     profile = Profile()
@@ -117,7 +117,8 @@ def run_engine(make_engine, examples, tokenizer, head: list[int] | None,
         start = time.perf_counter()
         engine = make_engine()
         engine.decoder.profile = profile
-        engine.decoder.head_once = head_once
+        if head_once is not None:  # None: the decoder's own choice
+            engine.decoder.head_once = head_once
         engine.decoder.set_shared_prefix(head)  # None: off
         for name, section in ENGINE_METHODS.items():
             if hasattr(engine, name):
@@ -244,9 +245,9 @@ def main() -> None:
     parser.add_argument("--dragin-profile", default="paper", choices=["paper", "reference"],
                         help="which reading of DRAGIN (inference/methods.py); the authors' code is 'reference'")
     parser.add_argument("--qfs-top-n", type=int, default=None, help="QFS words (default: the profile's)")
-    parser.add_argument("--head-attention", default="once", choices=["once", "both"],
-                        help="both: also run the engine with a copy of the shared head in every row's cache (decode "
-                             "steps read it once per row), as before the head was scored once per batch")
+    parser.add_argument("--head-attention", default="auto", choices=["auto", "once", "per-row", "both"],
+                        help="decode steps score the shared head once for the batch, or read a copy per row (auto: "
+                             "the decoder's choice; both: the engine once, and per row as engine_head_per_row)")
     parser.add_argument("--replay", default="on", choices=["on", "off"],
                         help="also run the replay (the engine's decisions without cache or batch, full attention "
                              "passes): the check that outputs are identical, and the older baseline")
@@ -273,13 +274,14 @@ def main() -> None:
                        packed_linears=args.packed_linears != "off")
     head = prompt_head_ids(tokenizer, prompts)
     # each engine variant: the shared head it gets (None: off) and its config
-    engines = {"engine": (head if args.shared_head != "off" else None, cfg, True)}
+    once = {"auto": None, "once": True, "per-row": False, "both": True}[args.head_attention]
+    engines = {"engine": (head if args.shared_head != "off" else None, cfg, once)}
     if args.shared_head == "both":
-        engines = {"engine_no_head": (None, cfg, True), **engines}
+        engines = {"engine_no_head": (None, cfg, once), **engines}
     if args.head_attention == "both":
         engines = {"engine_head_per_row": (engines["engine"][0], cfg, False), **engines}
     if args.packed_linears == "both":
-        engines = {"engine_stock_linears": (engines["engine"][0], replace(cfg, packed_linears=False), True),
+        engines = {"engine_stock_linears": (engines["engine"][0], replace(cfg, packed_linears=False), once),
                    **engines}
 
     baselines = {"authors": AuthorsPatternDragin(model, tokenizer, retriever, prompts, method, args.max_new_tokens,
