@@ -1,27 +1,36 @@
-"""DRAGIN the reference way (baseline) against the batched engine, on the same questions and model, with a profile.
+"""DRAGIN the way the authors' code computes it (baseline) against the batched engine, on the same questions and
+model, with a profile and the compute bound of every runner.
 
     python bench/dynamic_rag.py --json runs/bench/dynamic_rag.json
     python bench/dynamic_rag.py --questions 64 --batch-size 64 --theta 0.5 --dataset world-two-hop
-    python bench/dynamic_rag.py --prompt-style paper --demos hotpotqa --theta 0.8 \\
-        --dataset ../shared/data/hotpotqa/dev_subsampled.jsonl --index runs/hotpotqa/bm25
+    python bench/dynamic_rag.py --prompt-style paper --demos hotpotqa --theta 0.8 --dragin-profile reference \\
+        --max-new-tokens 100 --dataset data/hotpotqa/hotpot_dev_distractor_v1.json --index runs/hotpotqa/bm25
     python bench/dynamic_rag.py --questions 8 --repeats 1 --shared-head both     # with and without the shared head
     python bench/dynamic_rag.py --packed-linears both        # the engine on prepacked and on stock linear layers
 
-(a) baseline, ``bench/dragin_reference.py``: one question at a time, ``generate``, then extra full forward passes
-with attentions for RIND and QFS after each round; (b) the engine: all questions batched, signals captured while
-decoding with the KV cache, the prompts' shared head (the paper style's few-shot demos; the chat template's
-system turn) prefilled once (``--shared-head``), and, in bf16 on a CPU, linear layers on weights prepacked once for
-oneDNN (``--packed-linears``; the same bits as the stock layers the baseline runs). The HotpotQA index:
+Runners: (a) ``authors``, ``bench/dragin_authors_pattern.py``, the headline baseline: one question at a time,
+``generate`` over the full prompt at every round, then one extra pass over the round's generated text for RIND and,
+when retrieval fires, one over question + answer so far for QFS, as the authors' code does; (b) ``replay``,
+``bench/dragin_replay.py`` (``--replay on``): the engine's decisions replayed one question at a time with full
+passes over prompt + text (every pass re-encodes the demos: more work than the authors' code); its outputs must
+equal the engine's in float32; (c) the engine: all questions batched, signals captured while decoding with the KV
+cache, the prompts' shared head (the paper style's few-shot demos; the chat template's system turn) prefilled once
+(``--shared-head``), and, in bf16 on a CPU, linear layers on weights prepacked once for oneDNN
+(``--packed-linears``; the same bits as the stock layers the baselines run). The HotpotQA index:
 ``bench/experiments/README.md``.
 
-Baseline and engine run ``--repeats`` times, interleaved (A B A B ...), so that a neighbour's load hits both alike;
-the headline ``ratio`` is the median of the per-round ratios of wall time (reference ÷ engine), with its spread.
+Baselines and engine run ``--repeats`` times, interleaved (A B C A B C ...), so that a neighbour's load hits all
+alike; the headline ``ratio`` is the median of the per-round ratios of wall time **authors ÷ engine**, with its
+spread; ``ratio_replay`` is replay ÷ engine.
 The profile gives each runner's seconds per run in: prefill and one-token decode steps (model calls), the
-baseline's extra attention passes, the engine's KV-cache reshuffles (joining and leaving the batch), retrieval,
+baselines' extra attention passes, the engine's KV-cache reshuffles (joining and leaving the batch), retrieval,
 signals (Python per-token work: pieces, sentence ends, triggers, queries), prompts (building the next round's
 prompt) and tokenisation (every tokenizer call, wherever it happens), plus the prompt tokens run through the model
-per question. Also the share of identical greedy outputs, and the engine's overhead: generation with signals ÷
-plain ``generate`` at the same batch size (both on the engine's linear layers, so that it measures the signals).
+per question. The compute bound (``bench/compute_bound.py``): per runner and phase the tokens the model ran, the
+GFLOP they imply and the seconds the model's matrix products need at the rates a probe measured on this machine in
+the same run; ``<runner>_over_bound`` is wall ÷ bound. Also the share of identical greedy outputs, and the engine's
+overhead: generation with signals ÷ plain ``generate`` at the same batch size (both on the engine's linear layers,
+so that it measures the signals).
 """
 
 from __future__ import annotations
@@ -39,8 +48,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import compute_bound  # noqa: E402
 import harness  # noqa: E402
-from dragin_reference import ReferenceDragin  # noqa: E402
+from dragin_authors_pattern import AuthorsPatternDragin  # noqa: E402
+from dragin_replay import DraginReplay  # noqa: E402
 
 from adaptive_rag.lm.decoder import BatchDecoder, Sequence, shared_head_ids  # noqa: E402
 from adaptive_rag.lm.models import ModelOptions, load_causal_lm  # noqa: E402
@@ -86,22 +97,28 @@ def profiled_tokenizer(tokenizer, profile: Profile):
                 setattr(cls, name, fn)
 
 
-def run_reference(ref: ReferenceDragin, examples, tokenizer) -> tuple[list[dict], float, Profile]:
+def run_baseline(ref: DraginReplay, examples, tokenizer) -> tuple[list[dict], float, Profile]:
     ref.profile = profile = Profile()
+    cpu = time.process_time()
     with profiled_tokenizer(tokenizer, profile):
         records, seconds = ref.run(examples)
+    profile.cpu_seconds = time.process_time() - cpu
     ref.profile = None
     return records, seconds, profile
 
 
-def run_engine(make_engine, examples, tokenizer, head: list[int] | None) -> tuple[list[dict], float, Profile, int]:
+def run_engine(make_engine, examples, tokenizer, head: list[int] | None,
+               head_once: bool | None = None) -> tuple[list[dict], float, Profile, int]:
     """One engine run; the shared head's own prefill counts in its time. ``make_engine`` builds an engine whose
     config has ``shared_head=False``: the head is set here, so that it is prefilled once."""
     profile = Profile()
+    cpu = time.process_time()
     with profiled_tokenizer(tokenizer, profile):
         start = time.perf_counter()
         engine = make_engine()
         engine.decoder.profile = profile
+        if head_once is not None:  # None: the decoder's own choice
+            engine.decoder.head_once = head_once
         engine.decoder.set_shared_prefix(head)  # None: off
         for name, section in ENGINE_METHODS.items():
             if hasattr(engine, name):
@@ -110,6 +127,7 @@ def run_engine(make_engine, examples, tokenizer, head: list[int] | None) -> tupl
                 print(f"warning: DynamicRAGEngine.{name} is gone, so '{section}' is not timed", file=sys.stderr)
         records = engine.run(examples, show_progress=False)
         seconds = time.perf_counter() - start
+    profile.cpu_seconds = time.process_time() - cpu
     engine.model.set_attn_implementation("sdpa")  # the reference's generate runs on SDPA
     records = [r.to_dict() if hasattr(r, "to_dict") else r for r in records]
     return records, seconds, profile, engine.decoder.forward_passes
@@ -165,11 +183,48 @@ def print_profile(results: dict, runners: list[str]) -> None:
     harness.print_table(header, rows, floats=".2f")
 
 
+def bound_figures(name: str, profiles: list[Profile], matmul, wall: float) -> dict[str, float]:
+    """Per phase: tokens, GFLOP and compute bound per run (mean over runs); the run's bound and wall ÷ bound."""
+    per_run = [compute_bound.bound(p.calls, matmul) for p in profiles]
+    out: dict[str, float] = {}
+    for phase in compute_bound.PHASES:
+        for field in ("calls", "tokens", "gflop", "bound_s"):
+            out[f"{name}_{phase}_{field}"] = sum(b[phase][field] for b in per_run) / len(per_run)
+    total = sum(out[f"{name}_{phase}_bound_s"] for phase in compute_bound.PHASES)
+    out[f"{name}_gflop"] = sum(out[f"{name}_{phase}_gflop"] for phase in compute_bound.PHASES)
+    out[f"{name}_bound_s"] = total
+    out[f"{name}_over_bound"] = wall / total if total else float("nan")
+    # CPU seconds the process spent (all its threads): on a machine shared with other jobs the wall time also counts
+    # the time the scheduler gave to them, which no change to this code can win back
+    cpu = statistics.median(p.cpu_seconds for p in profiles)
+    out[f"{name}_cpu_s"] = cpu
+    out[f"{name}_cpu_over_bound"] = cpu / total if total else float("nan")
+    return out
+
+
+def print_bound(results: dict, runners: list[str], matmul, batch: int) -> None:
+    rates = "  ".join(f"{r} rows {matmul.rate(r) / 1e9:.0f}" for r in sorted({1, batch, matmul.rows[-1]}))
+    print(f"compute bound: the model's linear layers on this machine, GFLOP/s at {rates}, saturated "
+          f"{matmul.saturated_rate / 1e9:.0f} (LM head at 1 row {matmul.head_rate(1) / 1e9:.0f}); model calls priced "
+          "at those rates (bench/compute_bound.py)")
+    rows = []
+    for phase in compute_bound.PHASES:
+        for field, label in (("tokens", "tokens"), ("gflop", "GFLOP"), ("bound_s", "bound s")):
+            rows.append([f"{phase} {label}"] + [results.get(f"{name}_{phase}_{field}") for name in runners])
+        rows.append([f"{phase} wall s"] + [results.get(f"{name}_{phase}_s") for name in runners])
+    rows.append(["run bound s"] + [results[f"{name}_bound_s"] for name in runners])
+    rows.append(["run wall s (median)"] + [results[f"{name}_seconds"] for name in runners])
+    rows.append(["wall ÷ bound"] + [results[f"{name}_over_bound"] for name in runners])
+    rows.append(["CPU s (process)"] + [results[f"{name}_cpu_s"] for name in runners])
+    rows.append(["CPU ÷ bound"] + [results[f"{name}_cpu_over_bound"] for name in runners])
+    harness.print_table(["per run"] + runners, rows, floats=".2f")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--dataset", default="world-two-hop", help="an embedded set or a QA file (HotpotQA: "
-                        "../shared/data/hotpotqa/dev_subsampled.jsonl with --index)")
+                        "data/hotpotqa/hotpot_dev_distractor_v1.json with --index)")
     parser.add_argument("--index", default=None, help="index folder (required for a QA file)")
     parser.add_argument("--questions", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=64, help="the engine's batch (default: the whole default "
@@ -187,6 +242,20 @@ def main() -> None:
     parser.add_argument("--packed-linears", default="on", choices=["on", "off", "both"],
                         help="bf16 on a CPU: the engine's linear layers on weights prepacked once (same bits as the "
                              "stock layers; both: run the engine with and without)")
+    parser.add_argument("--dragin-profile", default="paper", choices=["paper", "reference"],
+                        help="which reading of DRAGIN (inference/dynamic_rag/methods.py); the authors' code is "
+                             "'reference'")
+    parser.add_argument("--qfs-top-n", type=int, default=None, help="QFS words (default: the profile's)")
+    parser.add_argument("--head-attention", default="auto", choices=["auto", "once", "per-row", "both"],
+                        help="decode steps score the shared head once for the batch, or read a copy per row (auto: "
+                             "the decoder's choice; both: the engine once, and per row as engine_head_per_row)")
+    parser.add_argument("--replay", default="on", choices=["on", "off"],
+                        help="also run the replay (the engine's decisions without cache or batch, full attention "
+                             "passes): the check that outputs are identical, and the older baseline")
+    parser.add_argument("--authors-attn", default="eager", choices=["eager", "sdpa"],
+                        help="attention of the authors' generate (their code gets eager with current transformers)")
+    parser.add_argument("--overhead", default="on", choices=["on", "off"],
+                        help="also time plain generate against the signal decoder")
     harness.add_threads_arg(parser)
     harness.add_json_arg(parser)
     args = parser.parse_args()
@@ -199,27 +268,36 @@ def main() -> None:
     retriever = load_eval_retriever(args.index, args.dataset)
     model, tokenizer = load_causal_lm(args.model, ModelOptions(dtype=args.dtype))
     prompts = PromptBuilder(tokenizer, PromptConfig(prompt_style=args.prompt_style, demos=args.demos))
-    method = MethodConfig(method="dragin", theta=args.theta)
+    method = MethodConfig(method="dragin", theta=args.theta, dragin_profile=args.dragin_profile,
+                          qfs_top_n=args.qfs_top_n)
     # shared_head False: run_engine sets the head itself (--shared-head), so that it is prefilled once per run
     cfg = EngineConfig(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, shared_head=False,
                        packed_linears=args.packed_linears != "off")
     head = prompt_head_ids(tokenizer, prompts)
     # each engine variant: the shared head it gets (None: off) and its config
-    engines = {"engine": (head if args.shared_head != "off" else None, cfg)}
+    once = {"auto": None, "once": True, "per-row": False, "both": True}[args.head_attention]
+    engines = {"engine": (head if args.shared_head != "off" else None, cfg, once)}
     if args.shared_head == "both":
-        engines = {"engine_no_head": (None, cfg), **engines}
+        engines = {"engine_no_head": (None, cfg, once), **engines}
+    if args.head_attention == "both":
+        engines = {"engine_head_per_row": (engines["engine"][0], cfg, False), **engines}
     if args.packed_linears == "both":
-        engines = {"engine_stock_linears": (engines["engine"][0], replace(cfg, packed_linears=False)), **engines}
+        engines = {"engine_stock_linears": (engines["engine"][0], replace(cfg, packed_linears=False), once),
+                   **engines}
 
-    ref = ReferenceDragin(model, tokenizer, retriever, prompts, method, args.max_new_tokens)
+    baselines = {"authors": AuthorsPatternDragin(model, tokenizer, retriever, prompts, method, args.max_new_tokens,
+                                                 attn=args.authors_attn)}
+    if args.replay == "on":
+        baselines["replay"] = DraginReplay(model, tokenizer, retriever, prompts, method, args.max_new_tokens)
     # warm-up outside the timing (lazy loads: the sentencizer, kernels' first calls), one question each; the
     # sentencizer only loads when a trigger fires, which the warm-up question may not do
     split_sentences("Warm up. The sentencizer.")
-    run_reference(ref, examples[:1], tokenizer)
+    for base in baselines.values():
+        run_baseline(base, examples[:1], tokenizer)
+        base.forward_passes = 0
     run_engine(lambda: DynamicRAGEngine(model, tokenizer, retriever, prompts, method, cfg), examples[:1], tokenizer,
                head)
-    ref.forward_passes = 0
-    seconds: dict[str, list[float]] = {name: [] for name in ["reference", *engines]}
+    seconds: dict[str, list[float]] = {name: [] for name in [*baselines, *engines]}
     profiles: dict[str, list[Profile]] = {name: [] for name in seconds}
     records, passes, loads, plain_vs_signals = {}, {}, [os.getloadavg()], []
     plain_prompts = [prompts.build(e.question, []).text for e in examples]
@@ -228,76 +306,107 @@ def main() -> None:
     print(f"{len(examples)} questions, {args.prompt_style} prompt, shared head {len(head)} tokens, {model.dtype}, "
           f"{packed_layers}, {torch.get_num_threads()} threads; "
           f"load average {loads[0][0]:.2f} {loads[0][1]:.2f} {loads[0][2]:.2f}", flush=True)
+    matmul = compute_bound.probe(model, packed_linears=cfg.packed_linears)  # this machine's rate, in this run
     for r in range(args.repeats):
-        records["reference"], t, prof = run_reference(ref, examples, tokenizer)
-        seconds["reference"].append(t)
-        profiles["reference"].append(prof)
-        for name, (h, c) in engines.items():
-            records[name], t, prof, passes[name] = run_engine(
-                lambda c=c: DynamicRAGEngine(model, tokenizer, retriever, prompts, method, c), examples, tokenizer, h)
+        for name, base in baselines.items():
+            records[name], t, prof = run_baseline(base, examples, tokenizer)
             seconds[name].append(t)
             profiles[name].append(prof)
-        plain_vs_signals.append(overhead(model, tokenizer, plain_prompts, args.batch_size, args.max_new_tokens,
-                                         cfg.packed_linears))
+        for name, (h, c, once) in engines.items():
+            records[name], t, prof, passes[name] = run_engine(
+                lambda c=c: DynamicRAGEngine(model, tokenizer, retriever, prompts, method, c), examples, tokenizer, h,
+                once)
+            seconds[name].append(t)
+            profiles[name].append(prof)
+        if args.overhead == "on":
+            plain_vs_signals.append(overhead(model, tokenizer, plain_prompts, args.batch_size, args.max_new_tokens,
+                                             cfg.packed_linears))
         print(f"  round {r + 1}: " + "  ".join(f"{n} {s[-1]:.1f}s" for n, s in seconds.items()) +
               f"  load {harness.load_1min()}", flush=True)
     loads.append(os.getloadavg())
+    matmul = compute_bound.fastest(matmul, compute_bound.probe(model, packed_linears=cfg.packed_linears))
 
     n = len(examples)
-    ref_records, eng_records = records["reference"], records["engine"]
-    same = sum(a["output"] == b["output"] for a, b in zip(ref_records, eng_records)) / n
-    same_queries = sum([x["query"] for x in a["retrievals"]] == [x["query"] for x in b["retrievals"]]
-                       for a, b in zip(ref_records, eng_records)) / n
+
+    def share_same(a_name: str, b_name: str, key) -> float:
+        return sum(key(a) == key(b) for a, b in zip(records[a_name], records[b_name])) / n
+
+    def queries(r):
+        return [x["query"] for x in r["retrievals"]]
+
     results = {
         "questions": n, "batch_size": args.batch_size, "theta": args.theta, "prompt_style": args.prompt_style,
-        "dataset": args.dataset, "repeats": args.repeats, "shared_head_tokens": len(head),
+        "dataset": args.dataset, "dragin_profile": args.dragin_profile, "max_new_tokens": args.max_new_tokens,
+        "repeats": args.repeats, "shared_head_tokens": len(head),
         "threads": torch.get_num_threads(), "dtype": str(model.dtype).removeprefix("torch."),
-        "packed_linears": args.packed_linears, "packed_linear_layers": len(packing),
-        "identical_outputs": same, "identical_queries": same_queries,
-        **({"identical_outputs_head_vs_no_head": sum(a["output"] == b["output"] for a, b in zip(
-            records["engine_no_head"], eng_records)) / n} if "engine_no_head" in records else {}),
+        "packed_linears": args.packed_linears, "packed_linear_layers": len(packing), "authors_attn": args.authors_attn,
+        "ratio_divides": "authors ÷ engine (ratio); replay ÷ engine (ratio_replay)",
+        "identical_outputs_authors": share_same("authors", "engine", lambda r: r["output"]),
+        **({"identical_outputs": share_same("replay", "engine", lambda r: r["output"]),
+            "identical_queries": share_same("replay", "engine", queries)} if "replay" in records else {}),
+        **({f"identical_queries_{name.removeprefix('engine_')}": share_same("replay", name, queries)
+            for name in engines if name != "engine"} if "replay" in records else {}),
+        **({"identical_outputs_head_vs_no_head": share_same("engine_no_head", "engine", lambda r: r["output"])}
+           if "engine_no_head" in records else {}),
+        **({"identical_outputs_head_once_vs_per_row": share_same("engine_head_per_row", "engine",
+                                                                 lambda r: r["output"])}
+           if "engine_head_per_row" in records else {}),
         **{f"{name}_retrievals_per_q": sum(len(r["retrievals"]) for r in recs) / n for name, recs in records.items()},
-        "reference_forward_passes": ref.forward_passes // args.repeats,
+        **{f"{name}_forward_passes": base.forward_passes // args.repeats for name, base in baselines.items()},
         **{f"{name}_forward_passes": p for name, p in passes.items()},
-        "plain_generate_seconds": statistics.median(p for p, _ in plain_vs_signals),
-        "signal_decode_seconds": statistics.median(s for _, s in plain_vs_signals),
-        "signals_over_plain": statistics.median(s / p for p, s in plain_vs_signals),
-        "signals_over_plain_runs": [s / p for p, s in plain_vs_signals],
         "load_1min_start": loads[0][0], "load_5min_start": loads[0][1], "load_1min_end": loads[1][0],
         "load_5min_end": loads[1][1],
+        **compute_bound.probe_figures(matmul, args.batch_size),
     }
+    if plain_vs_signals:
+        results.update({
+            "plain_generate_seconds": statistics.median(p for p, _ in plain_vs_signals),
+            "signal_decode_seconds": statistics.median(s for _, s in plain_vs_signals),
+            "signals_over_plain": statistics.median(s / p for p, s in plain_vs_signals),
+            "signals_over_plain_runs": [s / p for p, s in plain_vs_signals]})
     for name, runs in seconds.items():
         median, low, high = harness.spread(runs)
         results[f"{name}_seconds"], results[f"{name}_seconds_min"], results[f"{name}_seconds_max"] = median, low, high
         results[f"{name}_seconds_mean"] = sum(runs) / len(runs)
         results[f"{name}_seconds_runs"] = runs
         results.update(profile_figures(name, profiles[name], runs, n))
-    for name in engines:
-        key = "ratio" if name == "engine" else f"ratio_{name.removeprefix('engine_')}"
-        ratios = [a / b for a, b in zip(seconds["reference"], seconds[name])]
-        results[key], results[f"{key}_min"], results[f"{key}_max"] = harness.spread(ratios)
-        results[f"{key}_runs"] = ratios
+        results.update(bound_figures(name, profiles[name], matmul, median))
+    ratio_keys = []
+    for base in baselines:
+        for name in engines:
+            key = "ratio" + ("" if base == "authors" else f"_{base}") + (
+                "" if name == "engine" else f"_{name.removeprefix('engine_')}")
+            ratios = [a / b for a, b in zip(seconds[base], seconds[name])]
+            results[key], results[f"{key}_min"], results[f"{key}_max"] = harness.spread(ratios)
+            results[f"{key}_runs"] = ratios
+            ratio_keys.append((key, base, name))
 
+    labels = {"authors": "authors' pattern (1 at a time)", "replay": "replay (1 at a time, full passes)"}
     harness.print_table(["run", "seconds (median)", "min-max", "s/question", "retrievals/q", "forward passes"],
-                [["reference (1 at a time)", results["reference_seconds"],
-                  f"{min(seconds['reference']):.1f}-{max(seconds['reference']):.1f}",
-                  results["reference_seconds"] / n, results["reference_retrievals_per_q"],
-                  results["reference_forward_passes"]]] +
-                [[f"{name} (batch {args.batch_size})", results[f"{name}_seconds"],
-                  f"{min(seconds[name]):.1f}-{max(seconds[name]):.1f}", results[f"{name}_seconds"] / n,
-                  results[f"{name}_retrievals_per_q"], passes[name]] for name in engines], floats=".2f")
+                        [[labels.get(name, f"{name} (batch {args.batch_size})"), results[f"{name}_seconds"],
+                          f"{min(seconds[name]):.1f}-{max(seconds[name]):.1f}", results[f"{name}_seconds"] / n,
+                          results[f"{name}_retrievals_per_q"], results[f"{name}_forward_passes"]]
+                         for name in seconds], floats=".2f")
     print()
     print_profile(results, list(seconds))
     print()
-    print(f"identical greedy outputs: {same:.2%}; identical query sequences: {same_queries:.2%}"
+    print_bound(results, list(seconds), matmul, args.batch_size)
+    print()
+    if "identical_outputs" in results:
+        print(f"engine vs replay: identical greedy outputs {results['identical_outputs']:.2%}, identical query "
+              f"sequences {results['identical_queries']:.2%}")
+    print(f"engine vs authors' pattern (other attention rows, so other decisions): identical outputs "
+          f"{results['identical_outputs_authors']:.2%}"
           + (f"; engine with and without the shared head: {results['identical_outputs_head_vs_no_head']:.2%} "
-             "identical" if "identical_outputs_head_vs_no_head" in results else ""))
-    print(f"plain generate vs signal decoder, batch {args.batch_size} × {args.max_new_tokens} tokens: "
-          f"{results['plain_generate_seconds']:.1f}s vs {results['signal_decode_seconds']:.1f}s (× "
-          f"{results['signals_over_plain']:.2f}, median of {args.repeats})")
-    for name in engines:
-        key = "ratio" if name == "engine" else f"ratio_{name.removeprefix('engine_')}"
-        print(f"{key} (reference ÷ {name} wall time, median of {args.repeats}): {results[key]:.1f} "
+             "identical" if "identical_outputs_head_vs_no_head" in results else "")
+          + (f"; head once vs per row: {results['identical_outputs_head_once_vs_per_row']:.2%} identical"
+             if "identical_outputs_head_once_vs_per_row" in results else ""))
+    if plain_vs_signals:
+        print(f"plain generate vs signal decoder, batch {args.batch_size} × {args.max_new_tokens} tokens: "
+              f"{results['plain_generate_seconds']:.1f}s vs {results['signal_decode_seconds']:.1f}s (× "
+              f"{results['signals_over_plain']:.2f}, median of {args.repeats})")
+    for key, base, name in ratio_keys:
+        print(f"{key} ({base} ÷ {name} wall time, median of {args.repeats}): {results[key]:.1f} "
               f"(spread {results[key + '_min']:.1f}-{results[key + '_max']:.1f})")
     print(f"load average {loads[0][0]:.2f} -> {loads[1][0]:.2f} (1 min), {torch.get_num_threads()} torch threads")
     harness.write_json(args.json, results)

@@ -25,6 +25,7 @@ def bench_module(name: str):
     try:
         spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
         spec.loader.exec_module(module)
         return module
     finally:
@@ -96,13 +97,13 @@ def test_decoder_profile_counts_prefill_and_decode(tiny_model, smol_tokenizer):
 
 
 def test_reference_replay_is_the_same_with_a_profile(smol_tokenizer, fake_retriever):
-    ReferenceDragin = bench_module("dragin_reference").ReferenceDragin
+    DraginReplay = bench_module("dragin_replay").DraginReplay
     prompts = PromptBuilder(smol_tokenizer, PromptConfig(prompt_style="paper", num_demos=1))
     model = scripted_llama(smol_tokenizer, " Osk founded Kelmora. Then he left:")
     method = MethodConfig(method="dragin", theta=0.0, max_rounds=2)
     question = [QAExample("q", "Who founded Kelmora?", ["Osk"])]
-    plain, _ = ReferenceDragin(model, smol_tokenizer, fake_retriever, prompts, method, max_new_tokens=12).run(question)
-    ref = ReferenceDragin(model, smol_tokenizer, fake_retriever, prompts, method, max_new_tokens=12)
+    plain, _ = DraginReplay(model, smol_tokenizer, fake_retriever, prompts, method, max_new_tokens=12).run(question)
+    ref = DraginReplay(model, smol_tokenizer, fake_retriever, prompts, method, max_new_tokens=12)
     ref.profile = p = Profile()
     profiled, _ = ref.run(question)
     assert [r["output"] for r in profiled] == [r["output"] for r in plain]
@@ -111,3 +112,54 @@ def test_reference_replay_is_the_same_with_a_profile(smol_tokenizer, fake_retrie
     for section in ("prefill", "decode", "attention_pass", "retrieval", "signals", "prompts"):
         assert p.seconds[section] > 0, section
     assert p.counts["prefill_tokens"] > 0 and p.counts["attention_pass_tokens"] > p.counts["prefill_tokens"]
+
+
+def test_authors_pattern_passes_cover_the_text_not_the_prompt(smol_tokenizer, fake_retriever):
+    """RIND's pass covers the round's generated text only, QFS's question + answer so far (no demos, no documents);
+    each ``generate`` prefills the whole prompt."""
+    AuthorsPatternDragin = bench_module("dragin_authors_pattern").AuthorsPatternDragin
+    prompts = PromptBuilder(smol_tokenizer, PromptConfig(prompt_style="paper", num_demos=1))
+    model = scripted_llama(smol_tokenizer, " Osk founded Kelmora. Then he left:")
+    method = MethodConfig(method="dragin", theta=0.0, max_rounds=2)
+    question = QAExample("q", "Who founded Kelmora?", ["Osk"])
+    authors = AuthorsPatternDragin(model, smol_tokenizer, fake_retriever, prompts, method, max_new_tokens=12)
+    seen = []
+    real = authors._attention_rows
+    authors._attention_rows = lambda ids, prompt_len: (seen.append((list(ids), prompt_len)), real(ids, prompt_len))[1]
+    authors.profile = p = Profile()
+    [record], _ = authors.run([question])
+    assert record["retrievals"], "theta 0 should retrieve"
+    rind, qfs = seen[0], seen[1]
+    assert rind[1] == 0 and smol_tokenizer.decode(rind[0]).startswith(" Osk")  # SmolLM2 adds no BOS
+    qfs_text = smol_tokenizer.decode(qfs[0])
+    assert qfs_text.startswith("Who founded Kelmora?") and "Osk" in qfs_text[len("Who founded Kelmora?"):]
+    assert qfs[1] == len(smol_tokenizer("Who founded Kelmora?", add_special_tokens=False)["input_ids"])
+    demo = prompts.build(question.question, []).text.split("Who founded Kelmora?")[0]
+    assert len(smol_tokenizer(demo)["input_ids"]) > 20  # the demos are long; no pass holds them
+    assert all(len(ids) <= 12 + qfs[1] for ids, _ in seen)
+    prefills = [c for c in p.calls if c[0] == "prefill"]
+    assert prefills and all(t > len(smol_tokenizer(demo)["input_ids"]) for _, t, _, _ in prefills)
+    assert p.counts["attention_pass_tokens"] == sum(len(ids) for ids, _ in seen)
+
+
+def test_compute_bound_prices_each_call_by_hand():
+    cb = bench_module("compute_bound")
+    # 2 layers; one layer's linears: 1 s per row up to 4 rows, then flat 4 s (so 1 s per token saturated at 4 rows);
+    # LM head 0.5 s at any rows; attention: 10 FLOPs per pair per layer at the saturated rate of 100 FLOP/s
+    probe = cb.MatmulProbe(rows=(1, 2, 4), layer_seconds=[1.0, 2.0, 4.0], head_seconds=[0.5, 0.5, 0.5],
+                           layer_flops_per_row=100.0, head_flops_per_row=1000.0, layers=2,
+                           attention_flops_per_pair=10.0)
+    assert probe.layer_time(3) == 3.0 and probe.layer_time(8) == 8.0 and probe.saturated_rate == 100.0
+    # a wide product slowed during the probe does not lower the saturated rate: the best wide product's counts
+    slowed = cb.MatmulProbe(rows=(1, 64, 128), layer_seconds=[1.0, 64.0, 256.0], head_seconds=[1.0, 1.0, 1.0],
+                            layer_flops_per_row=100.0, head_flops_per_row=1.0, layers=1, attention_flops_per_pair=1.0)
+    assert slowed.per_token_saturated == 1.0 and slowed.saturated_rate == 100.0
+    calls = [("decode", 2, 2, 5), ("prefill", 3, 1, 6), ("attention_pass", 8, 8, 36)]
+    got = cb.bound(calls, probe)
+    # decode: 2 layers x 2 s + head 0.5 + 2 x 10 x 5 FLOPs / 100 = 5.5
+    assert got["decode"] == {"calls": 1, "tokens": 2, "gflop": (2 * 100 * 2 + 1000 * 2 + 100) / 1e9, "bound_s": 5.5}
+    # prefill: 3 tokens at the saturated 2 x 1 s per token + head 0.5 + 120 / 100
+    assert got["prefill"]["bound_s"] == 6.0 + 0.5 + 1.2
+    # a pass over 8 tokens: 16 s + head at 8 rows (0.5 x 8 / 4 = 1.0) + 720 / 100
+    assert got["attention_pass"]["bound_s"] == 16.0 + 1.0 + 7.2
+    assert cb.bound([], probe)["decode"]["bound_s"] == 0.0

@@ -97,10 +97,10 @@ def test_evaluate_records_the_profile_and_its_values(tmp_path, monkeypatch):
 
 
 def load_bench_reference():
-    spec = importlib.util.spec_from_file_location("dragin_reference", ROOT / "bench" / "dragin_reference.py")
+    spec = importlib.util.spec_from_file_location("dragin_replay", ROOT / "bench" / "dragin_replay.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.ReferenceDragin
+    return module.DraginReplay
 
 
 @pytest.mark.parametrize("profile", ["paper", "reference"])

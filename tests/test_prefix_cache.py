@@ -64,6 +64,23 @@ def test_shared_head_gives_the_full_prefills_tokens_probabilities_and_rows(tiny_
     assert profile.counts["shared_head_tokens_reused"] == 4 * len(HEAD)
 
 
+def test_head_scored_once_per_step_or_copied_into_every_row_gives_the_same(tiny_model, smol_tokenizer):
+    # the batch cache holds only own tokens and decode steps score the head once for the batch; with head_once off
+    # every row's cache holds the head (the older layout): both must give the full prefill's tokens, rows and
+    # probabilities, rows that do not start with the head included
+    prompts = [HEAD + [5, 6, 7, 8, 9, 10], [7, 8, 9], HEAD + [300]]
+    late = [HEAD + list(range(100, 113)), [11, 12]]
+    full = decode_schedule(tiny_model, smol_tokenizer, prompts, late, reduce="none")
+    for once in (True, False):
+        cached = decode_schedule(tiny_model, smol_tokenizer, prompts, late, head=HEAD, reduce="none", head_once=once)
+        assert_same(cached, full)
+    dec = BatchDecoder(tiny_model, smol_tokenizer, shared_prefix_ids=HEAD)
+    dec.admit([Sequence(0, HEAD + [5, 6], max_new_tokens=3)])
+    assert dec.cache.layers[0].length == 2  # the head is not in the batch cache
+    with pytest.raises(ValueError, match="in flight"):
+        dec.set_shared_prefix(None)
+
+
 def test_a_batch_of_one_token_suffixes_takes_the_decode_path_and_still_matches(tiny_model, smol_tokenizer):
     # every admitted prompt adds one token to the head: the prefill is a one-query call (the decode-step path of
     # the attention capture), whose row must still become the prompt row

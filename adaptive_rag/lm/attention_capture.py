@@ -59,8 +59,50 @@ def _last_query_weights(query, key, attention_mask, scaling) -> torch.Tensor:
     return torch.softmax(scores, dim=-1).reshape(b, h, -1)
 
 
+class SharedHeadLayer:
+    """One layer's keys and values of the batch's shared head ((H_kv, P, D), float32: scores are computed in float32
+    as the capture's are) and which batch rows start with it ((B,) bool)."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, rows: torch.Tensor):
+        self.keys, self.values, self.rows = keys, values, rows
+
+
+def _shared_head_weights(query, key, attention_mask, scaling, head: SharedHeadLayer) -> torch.Tensor:
+    """Eager attention weights of a one-token query over [shared head][the row's own keys]: (B, H_kv, n_rep, P + K),
+    float32. The head's scores are one matmul for the whole batch against the head's single copy ((H_kv, B·n_rep, D)
+    @ (H_kv, D, P)); rows that do not start with the head get none of it."""
+    b, h, _, d = query.shape
+    h_kv = key.shape[1]
+    scale = scaling if scaling is not None else d ** -0.5
+    q = query[:, :, -1].reshape(b, h_kv, h // h_kv, d).float()
+    own = torch.matmul(q, key.float().transpose(2, 3)) * scale  # (B, H_kv, n_rep, K)
+    if attention_mask is not None:
+        mask = attention_mask[:, :, -1:, : key.shape[-2]]  # (B, 1, 1, K): the same for every head
+        own = own.masked_fill(~mask, torch.finfo(own.dtype).min) if mask.dtype == torch.bool else own + mask
+    shared = torch.matmul(q.transpose(0, 1).reshape(h_kv, -1, d), head.keys.transpose(1, 2)) * scale
+    shared = shared.reshape(h_kv, b, h // h_kv, -1).transpose(0, 1)  # (B, H_kv, n_rep, P)
+    shared = shared.masked_fill(~head.rows[:, None, None, None], torch.finfo(shared.dtype).min)
+    return torch.softmax(torch.cat([shared, own], dim=-1), dim=-1)
+
+
+def _shared_head_forward(module, query, key, value, attention_mask, scaling, head: SharedHeadLayer,
+                         buffer: CaptureBuffer | None):
+    weights = _shared_head_weights(query, key, attention_mask, scaling, head)
+    b, h_kv, n_rep, _ = weights.shape
+    p = head.keys.shape[1]
+    if buffer is not None:
+        buffer.row = buffer.reduced(weights.reshape(b, h_kv * n_rep, -1))
+    from_head = torch.matmul(weights[..., :p].transpose(0, 1).reshape(h_kv, b * n_rep, p), head.values)
+    from_own = torch.matmul(weights[..., p:].to(value.dtype), value)  # (B, H_kv, n_rep, D)
+    out = from_head.reshape(h_kv, b, n_rep, -1).transpose(0, 1) + from_own.float()
+    return out.to(value.dtype).reshape(b, h_kv * n_rep, 1, -1).transpose(1, 2).contiguous(), None
+
+
 def capture_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     buffer: CaptureBuffer | None = getattr(module, "signal_capture", None)
+    head: SharedHeadLayer | None = getattr(module, "shared_head", None)
+    if head is not None and query.shape[2] == 1:  # a decode step over a batch whose rows share a head
+        return _shared_head_forward(module, query, key, value, attention_mask, scaling, head, buffer)
     if buffer is None or query.shape[2] != 1:
         if buffer is not None:  # prefill: SDPA for the output, one eager row for the last prompt position
             buffer.row = buffer.reduced(_last_query_weights(query, key, attention_mask, scaling))
@@ -77,6 +119,18 @@ def capture_attention_forward(module, query, key, value, attention_mask, scaling
 AttentionInterface.register(ATTN_NAME, capture_attention_forward)
 # The custom function reads boolean masks (True = attend), exactly what SDPA gets.
 AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
+
+
+def attention_modules(model) -> list[torch.nn.Module]:
+    """The self-attention module of every decoder layer, in layer order (found by ``layer_idx``)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    n = base.config.get_text_config().num_hidden_layers
+    found = {module.layer_idx: module for name, module in base.named_modules()
+             if isinstance(getattr(module, "layer_idx", None), int)
+             and name.endswith(("self_attn", "attention", "attn"))}
+    if sorted(found) != list(range(n)):
+        raise ValueError(f"cannot find the attention module of every layer in {type(base).__name__}")
+    return [found[i] for i in range(n)]
 
 
 def last_attention_module(model) -> torch.nn.Module:

@@ -15,19 +15,29 @@ into free rows when they fit.
 A shared head (``set_shared_prefix``: e.g. the paper prompt's few-shot demos, the same in every prompt) is prefilled
 once; a prompt whose ids start with it prefills only the rest, against a copy of the head's KV cache. Its row of
 the mask reads ``[head][padding][own tokens]``: the hole is masked like left padding, positions count real tokens
-only, so every logit and attention row is what the full prefill gives (up to float rounding).
+only, so every logit and attention row is what the full prefill gives (up to float rounding). The batch cache
+then keeps only the rows' own tokens: decode steps score the head once for the whole batch against its single
+copy (:class:`adaptive_rag.lm.attention_capture.SharedHeadLayer`) instead of reading it once per row (a thousand
+demo tokens per row were most of a paper-prompt decode step).
 """
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from transformers import DynamicCache
 
-from adaptive_rag.lm.attention_capture import CaptureBuffer, HeadReduce, install_capture
+from adaptive_rag.lm.attention_capture import (
+    ATTN_NAME,
+    CaptureBuffer,
+    HeadReduce,
+    SharedHeadLayer,
+    attention_modules,
+    install_capture,
+)
 from adaptive_rag.lm.batch_cache import KV, compact, join, keep_columns, layers
 from adaptive_rag.lm.packed_linear import linear_packing
 from adaptive_rag.lm.profiling import Profile
@@ -80,7 +90,8 @@ class BatchDecoder:
 
     def __init__(self, model, tokenizer, *, reduce: HeadReduce = "mean", stop_token_ids: set[int] | None = None,
                  capture: bool = True, watch_token_ids: tuple[int, ...] = (),
-                 shared_prefix_ids: list[int] | None = None, max_batch: int = 0, packed_linears: bool = True):
+                 shared_prefix_ids: list[int] | None = None, max_batch: int = 0, packed_linears: bool = True,
+                 head_once: bool | None = None):
         self.model, self.tokenizer = model, tokenizer
         # every model call below runs inside ``with self.linears`` (bf16 on a CPU: weights prepacked once)
         self.linears = linear_packing(model, enabled=packed_linears)
@@ -95,11 +106,22 @@ class BatchDecoder:
         self.cache: DynamicCache | None = None  # the running batch's (adaptive_rag.lm.batch_cache)
         self.mask: torch.Tensor | None = None  # (B, L) 1 = real token
         self.pending: torch.Tensor | None = None  # (B,) token to feed next
+        self.has_head: torch.Tensor | None = None  # (B,) bool: the row starts with the shared head (not in the cache)
         self.forward_passes = 0
         self.watch_token_ids = tuple(watch_token_ids)  # their first-step probabilities go to Sequence.first_probs
         self.profile: Profile | None = None  # attach one to time prefill, decode steps and cache reshuffles
+        # decode steps score the shared head once for the batch (False: each row's cache holds a copy and SDPA reads
+        # it per row). None: once in float32, and in other dtypes at batches of 32 rows and more: SDPA's fused bf16
+        # kernel reads the copies faster than the float32 scores of the shared path at small batches (one layer,
+        # head 494, own 250, 1 thread: bf16 per row 2.5 / 8.1 / 47 ms at batch 6 / 16 / 64, once 4.0 / 9.2 / 36;
+        # float32 per row 3.2 / 11 / 80, once 3.2 / 7.0 / 41)
+        if head_once is None:
+            dtype = next(model.parameters()).dtype
+            head_once = dtype == torch.float32 or max_batch >= 32
+        self.head_once = head_once
         self.prefix_ids: list[int] = []
         self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer, batch 1
+        self._prefix_f32: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer (H_kv, P, D), for decode steps
         if shared_prefix_ids:
             self.set_shared_prefix(shared_prefix_ids)
 
@@ -111,7 +133,9 @@ class BatchDecoder:
         """Prefill ``ids`` once (``None`` or empty: no shared head). From now on a prompt whose ids start with them
         and go on past them prefills only its own tokens; any other prompt gets the full prefill. Matching is on the
         ids of the whole prompt, so a tokenizer that merges across the head's end only costs a cache miss."""
-        self.prefix_ids, self._prefix_kv = [], []
+        if self.seqs:
+            raise ValueError("the shared head can only change while no sequence is in flight")
+        self.prefix_ids, self._prefix_kv, self._prefix_f32 = [], [], []
         if not ids:
             return
         ids = list(ids)
@@ -125,7 +149,12 @@ class BatchDecoder:
         if self.profile is not None:
             self.profile.count("prefill_tokens", len(ids))
             self.profile.count("prefill_padded_tokens", len(ids))
+            self.profile.work("prefill", len(ids), 1, _causal_pairs(len(ids), 0))
         self.prefix_ids, self._prefix_kv = ids, layers(cache)
+        self._prefix_f32 = [(k[0].float(), v[0].float()) for k, v in self._prefix_kv]
+        self._attention = attention_modules(self.model)
+        if self.buffer is None:  # decode steps need the attention function that knows the shared head
+            self.model.set_attn_implementation(ATTN_NAME)
 
     def _starts_with_prefix(self, seq: Sequence) -> bool:
         n = len(self.prefix_ids)
@@ -141,14 +170,15 @@ class BatchDecoder:
             keep_columns(self.cache, used)
             self.mask = self.mask[:, used]
 
-    def _merge(self, parts: list[KV], masks: list[torch.Tensor], pending: torch.Tensor) -> None:
+    def _merge(self, parts: list[KV], masks: list[torch.Tensor], pending: torch.Tensor, has_head: torch.Tensor) -> None:
         """The running batch (if any) then each admitted part, left-padded to one length."""
         if self.cache is not None:
             masks, pending = [self.mask, *masks], torch.cat([self.pending, pending])
+            has_head = torch.cat([self.has_head, has_head])
         self.cache = join(self.cache, parts, self.max_batch)
         length = self.cache.layers[0].length
         self.mask = torch.cat([_pad_left(m, length, 1) for m in masks])
-        self.pending = pending
+        self.pending, self.has_head = pending, has_head
         self._drop_unused_columns()
 
     def remove(self, leaving: list[Sequence]) -> None:
@@ -158,13 +188,14 @@ class BatchDecoder:
         if len(keep) == len(self.seqs):
             return
         if not keep:
-            self.seqs, self.cache, self.mask, self.pending = [], None, None, None
+            self.seqs, self.cache, self.mask, self.pending, self.has_head = [], None, None, None, None
             return
         with self._timed("cache"):
             order = compact(self.cache, keep)
             idx = torch.tensor(order, device=self.device)
             self.seqs = [self.seqs[i] for i in order]
             self.mask, self.pending = self.mask.index_select(0, idx), self.pending.index_select(0, idx)
+            self.has_head = self.has_head.index_select(0, idx)
             self._drop_unused_columns()
 
     # -- model calls -------------------------------------------------------------------------------------
@@ -195,11 +226,13 @@ class BatchDecoder:
         if not parts:
             return
         with self._timed("cache"):
-            self._merge([kv for kv, _, _ in parts], [m for _, m, _ in parts], torch.cat([t for _, _, t in parts]))
+            self._merge([kv for kv, _, _, _ in parts], [m for _, m, _, _ in parts],
+                        torch.cat([t for _, _, t, _ in parts]), torch.cat([h for _, _, _, h in parts]))
 
-    def _prefill(self, seqs: list[Sequence], head: int) -> tuple[KV, torch.Tensor, torch.Tensor]:
+    def _prefill(self, seqs: list[Sequence], head: int) -> tuple[KV, torch.Tensor, torch.Tensor, torch.Tensor]:
         """One forward pass over ``prompt_ids[head:]`` of each sequence, after ``head`` cached shared tokens; the
-        sequences join ``self.seqs``. Returns their KV cache, mask and first chosen tokens for :meth:`_merge`."""
+        sequences join ``self.seqs``. Returns for :meth:`_merge` their own columns' KV cache and mask (the head
+        stays out of the batch cache), first chosen tokens and whether they start with the head."""
         own = [s.prompt_ids[head:] for s in seqs]
         length = max(map(len, own))
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -222,6 +255,7 @@ class BatchDecoder:
             self.profile.count("prefill_tokens", sum(map(len, own)))
             self.profile.count("prefill_padded_tokens", ids.numel())
             self.profile.count("shared_head_tokens_reused", head * len(seqs))
+            self.profile.work("prefill", sum(map(len, own)), len(seqs), sum(_causal_pairs(len(x), head) for x in own))
         real = mask.bool().cpu()
         for b, seq in enumerate(seqs):
             seq.forward_passes += 1
@@ -231,7 +265,9 @@ class BatchDecoder:
                 seq.first_probs = dict(zip(self.watch_token_ids, watched[b]))
             self._record_choice(seq, int(token[b]), float(prob[b]), float(entropy[b]))
         self.seqs = self.seqs + list(seqs)
-        return layers(cache), mask, token
+        cut = head if self.head_once else 0  # the head's columns stay out of the batch cache
+        own_kv = [(k[:, :, cut:], v[:, :, cut:]) for k, v in layers(cache)]
+        return own_kv, mask[:, cut:], token, torch.full((len(seqs),), cut > 0, device=self.device)
 
     @torch.no_grad()
     def step(self) -> None:
@@ -241,15 +277,21 @@ class BatchDecoder:
         if not live:
             return
         mask = torch.cat([self.mask, self.mask.new_ones(len(self.seqs), 1)], dim=1)
-        positions = self.mask.sum(dim=1, keepdim=True)
-        with self._timed("decode"), self.linears:
+        head = len(self.prefix_ids) * self.has_head.long()  # shared positions before the row's own
+        positions = self.mask.sum(dim=1, keepdim=True) + head[:, None]
+        with self._timed("decode"), self.linears, self._shared_head_attention():
             out = self.model(input_ids=self.pending[:, None], attention_mask=mask, position_ids=positions,
                              cache=self.cache, use_cache=True)
             token, prob, entropy = _entropy_and_choice(out.logits[:, -1])
             rows = self.buffer.row.float().cpu() if self.buffer is not None else None
         self.forward_passes += 1
+        if self.profile is not None:
+            self.profile.work("decode", len(self.seqs), len(self.seqs), int(mask.sum() + head.sum()))
         self.mask = mask
-        real = mask.bool().cpu()
+        real = mask.bool()
+        if self._prefix_f32 and bool(self.has_head.any()):  # rows span [shared head][own tokens]
+            real = torch.cat([self.has_head[:, None].expand(-1, len(self.prefix_ids)), real], dim=1)
+        real = real.cpu()
         for b, seq in enumerate(self.seqs):
             seq.forward_passes += 1
             if rows is not None:
@@ -260,9 +302,29 @@ class BatchDecoder:
             self._record_choice(seq, int(token[b]), float(prob[b]), float(entropy[b]))
         self.pending = token
 
+    @contextmanager
+    def _shared_head_attention(self):
+        """During a decode step: each layer's attention scores the shared head once for the batch (rows that start
+        with it), since the batch cache holds only the rows' own tokens."""
+        if not self._prefix_f32 or not bool(self.has_head.any()):
+            yield
+            return
+        for module, (k, v) in zip(self._attention, self._prefix_f32):
+            module.shared_head = SharedHeadLayer(k, v, self.has_head)
+        try:
+            yield
+        finally:
+            for module in self._attention:
+                module.__dict__.pop("shared_head", None)
+
     @property
     def active(self) -> list[Sequence]:
         return [s for s in self.seqs if not s.done]
+
+
+def _causal_pairs(tokens: int, cached: int) -> int:
+    """(query, key) pairs a causal pass over ``tokens`` new positions after ``cached`` ones scores."""
+    return tokens * cached + tokens * (tokens + 1) // 2
 
 
 PREFILL_CALL_COST = 16  # one more model call costs about as much as this many padding positions

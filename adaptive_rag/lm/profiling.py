@@ -1,6 +1,7 @@
 """Where the time of a run goes: named sections timed exclusively (a nested section's time is not also counted in
-the one around it), plus counters. Off unless a caller attaches a :class:`Profile`; the decoder takes one as
-``BatchDecoder.profile`` and the benchmarks wrap the rest of a run in sections.
+the one around it), plus counters and the work of each model call (tokens, LM-head rows, attention pairs: what the
+benchmarks' compute bound is computed from). Off unless a caller attaches a :class:`Profile`; the decoder takes one
+as ``BatchDecoder.profile`` and the benchmarks wrap the rest of a run in sections.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ class Profile:
         self.seconds: dict[str, float] = defaultdict(float)
         self.counts: dict[str, int] = defaultdict(int)
         self._nested: list[float] = []  # per open section: seconds spent in sections nested inside it
+        self.calls: list[tuple[str, int, int, int]] = []  # (phase, tokens, logits rows, attention pairs) per call
 
     @contextmanager
     def section(self, name: str):
@@ -40,6 +42,11 @@ class Profile:
 
     def count(self, name: str, n: int = 1) -> None:
         self.counts[name] += n
+
+    def work(self, phase: str, tokens: int, logits: int, attention_pairs: int) -> None:
+        """One model call's work: ``tokens`` real (unpadded) positions through the layers, ``logits`` rows through the
+        LM head, ``attention_pairs`` real (query, key) pairs scored per head and layer."""
+        self.calls.append((phase, tokens, logits, attention_pairs))
 
     def wrap(self, name: str, fn):
         """``fn`` timed as section ``name`` on every call."""

@@ -1,4 +1,6 @@
-"""DRAGIN run the way the reference implementation runs it: the benchmark's baseline (kept out of the package).
+"""The engine's decisions replayed without a KV cache across calls and without batching: the oracle of the tests
+and the benchmark's second baseline (kept out of the package). It is not what the authors' code computes
+(``bench/dragin_authors_pattern.py`` is): its attention passes cover the whole prompt, demos included.
 
 One question at a time: ``model.generate`` for a round, then a second full forward pass over prompt + generated
 text with eager attention to get RIND's attention rows, and (when retrieval fires) another full pass for QFS.
@@ -34,7 +36,7 @@ from inference.dynamic_rag.text_units import TokenText, ends_sentence
 from inference.dynamic_rag.triggers import check_trigger
 
 
-class ReferenceDragin:
+class DraginReplay:
     def __init__(self, model, tokenizer, retriever: Retriever, prompts: PromptBuilder, method: MethodConfig,
                  max_new_tokens: int, head_reduce: str = "mean"):
         self.model, self.tokenizer, self.retriever = model, tokenizer, retriever
@@ -45,6 +47,7 @@ class ReferenceDragin:
         self.eager = type(model)(copy.deepcopy(model.config)).eval()
         self.eager.load_state_dict(model.state_dict())
         self.eager.set_attn_implementation("eager")
+        self.generator = model  # the model ``generate`` runs on
         self.text = TokenText(tokenizer)
         self.stop_ids = stop_token_ids(tokenizer) | {tokenizer.eos_token_id}
         self.forward_passes = 0
@@ -62,6 +65,7 @@ class ReferenceDragin:
         self.forward_passes += 1
         if self.profile is not None:
             self.profile.count("attention_pass_tokens", len(ids))
+            self.profile.work("attention_pass", len(ids), len(ids), _causal_pairs(len(ids)))
         att = out.attentions[-1][0].float()  # (H, T, T)
         if not self.per_head:
             att = att.mean(dim=0) if self.head_reduce == "mean" else att.amax(dim=0)
@@ -72,16 +76,20 @@ class ReferenceDragin:
     def _generate(self, prompt: list[int], budget: int):
         first_step = _FirstCall() if self.profile is not None else None
         start = time.perf_counter()
-        out = self.model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                                  max_new_tokens=budget, do_sample=False, output_scores=True,
-                                  return_dict_in_generate=True, pad_token_id=self.tokenizer.pad_token_id,
-                                  eos_token_id=sorted(self.stop_ids),
-                                  logits_processor=LogitsProcessorList([first_step] if first_step else []))
+        mask = torch.ones(1, len(prompt), dtype=torch.long)
+        out = self.generator.generate(torch.tensor([prompt]), attention_mask=mask,
+                                      max_new_tokens=budget, do_sample=False, output_scores=True,
+                                      return_dict_in_generate=True, pad_token_id=self.tokenizer.pad_token_id,
+                                      eos_token_id=sorted(self.stop_ids),
+                                      logits_processor=LogitsProcessorList([first_step] if first_step else []))
         if first_step is not None:  # the first logits came out of the prefill; the rest of generate is decode steps
             end = time.perf_counter()
             self.profile.add("prefill", first_step.at - start)
             self.profile.add("decode", end - first_step.at)
             self.profile.count("prefill_tokens", len(prompt))
+            self.profile.work("prefill", len(prompt), 1, _causal_pairs(len(prompt)))
+            for k in range(1, len(out.scores)):  # step k feeds one token against len(prompt) + k keys
+                self.profile.work("decode", 1, 1, len(prompt) + k)
         self.forward_passes += len(out.scores)
         gen, probs, entropies = [], [], []
         for tok, logits in zip(out.sequences[0, len(prompt):].tolist(), out.scores):
@@ -99,6 +107,22 @@ class ReferenceDragin:
         retrievals.append({"query": query, "doc_ids": [d.id for d in docs]})
         return docs
 
+    def _rind_view(self, example: QAExample, ids: list[int], eligible: list[bool], gen: list[int],
+                   after_retrieval: bool, docs_round: bool) -> tuple[RoundView, list[torch.Tensor]]:
+        """The round's view (rows still empty) and every generated token's row: from a full pass over the prompt and
+        the round's text, as the engine sees them while decoding (``docs_round``: the round is kept unchecked)."""
+        rows, prompt_row = self._attention_rows(ids + gen, len(ids)) if gen else ([], None)
+        view = RoundView(example.question, [], [], [], [], self.text.pieces(ids), eligible,
+                         after_retrieval=after_retrieval, prompt_row=prompt_row, head_reduce=self.head_reduce)
+        return view, rows
+
+    def _qfs_view(self, view: RoundView, example: QAExample, prior: str, ids: list[int], gen: list[int],
+                  event) -> RoundView:
+        """The view QFS reads (``prior``: the answer before this round): one more full pass, as the reference runs
+        one more pass for the query's attention rows."""
+        view.rows, view.prompt_row = self._attention_rows(ids + gen, len(ids))
+        return view
+
     def run_one(self, example: QAExample) -> dict:
         m = self.method
         prior, docs, retrievals, after_retrieval = "", [], [], False
@@ -111,6 +135,7 @@ class ReferenceDragin:
                 eligible = qfs_eligible(offsets, prompt.question_span, prompt.prior_start)
                 budget = max(1, self.max_new_tokens - len(self.tokenizer.encode(prior, add_special_tokens=False)))
             gen, probs, entropies = self._generate(ids, budget)
+            round_prior = prior
             with self._timed("signals"):  # the per-token decisions (and the attention pass they need)
                 pieces = self.text.pieces(gen)
                 stop = self.prompts.stop_index("".join(pieces))
@@ -122,10 +147,8 @@ class ReferenceDragin:
                             keep_n = i
                             break
                     gen, pieces, probs, entropies = gen[:keep_n], pieces[:keep_n], probs[:keep_n], entropies[:keep_n]
-                rows, prompt_row = self._attention_rows(ids + gen, len(ids)) if gen else ([], None)
                 docs_round = after_retrieval and bool(docs) and m.docs_for_next_sentence_only
-                view = RoundView(example.question, [], [], [], [], self.text.pieces(ids), eligible,
-                                 after_retrieval=after_retrieval, prompt_row=prompt_row, head_reduce=self.head_reduce)
+                view, rows = self._rind_view(example, ids, eligible, gen, after_retrieval, docs_round)
                 after_retrieval = False
                 event, keep, final = None, len(gen), True
                 for n in range(1, len(gen) + 1):
@@ -150,8 +173,8 @@ class ReferenceDragin:
             if event is None:
                 return {"id": example.id, "output": prior.strip(), "retrievals": retrievals}
             with self._timed("signals"):
-                if m.query == "qfs":  # the reference runs one more pass for the query's attention rows
-                    view.rows, view.prompt_row = self._attention_rows(ids + gen, len(ids))
+                if m.query == "qfs":
+                    view = self._qfs_view(view, example, round_prior, ids, gen, event)
                 query = form_query(view, event, m)
             docs = self._search(query, retrievals)
             after_retrieval = True
@@ -159,6 +182,10 @@ class ReferenceDragin:
     def run(self, examples: list[QAExample]) -> tuple[list[dict], float]:
         start = time.perf_counter()
         return [self.run_one(ex) for ex in examples], time.perf_counter() - start
+
+
+def _causal_pairs(tokens: int) -> int:
+    return tokens * (tokens + 1) // 2
 
 
 class _FirstCall(LogitsProcessor):
