@@ -4,7 +4,8 @@
     python -m data_builders.adapt_llm my.yaml --limit 200                # YAML, then overrides
     python -m data_builders.adapt_llm --dataset ../shared/data/squad/dev-v1.1.json --data_dir runs/squad
 
-For every question the base model answers closed-book (NR prompt). Judged correct -> one
+For every question the base model (``base_model``: a model setting,
+:class:`~adaptive_rag.lm.base_model.BaseModelConfig`) answers closed-book (NR prompt). Judged correct -> one
 ``parametric_prompt`` instance whose completion is the gold answer (``parametric_target: closed_book``: the
 model's own accepted answer); wrong -> one ``parametric_prompt``
 instance whose completion is ``<RET>`` and one ``context_prompt`` instance with the gold passage and the
@@ -42,6 +43,7 @@ from typing import Any, ClassVar, Literal
 
 from datasets import Dataset, DatasetDict, Features, Value, load_from_disk
 
+from adaptive_rag.lm.base_model import BaseModelConfig
 from adaptive_rag.plumbing.atomic_files import atomic_folder, write_text_atomic
 from adaptive_rag.plumbing.cards import check_repo_id, push_to_hub, write_dataset_card
 from adaptive_rag.plumbing.cli import run_cli
@@ -95,7 +97,6 @@ class AdaptDataConfig:
     world_seed: int = 0
     heldout_fraction: float = 0.2  # world: share of questions kept out of training for evaluation
     world_common_fraction: float | None = None  # world: share of common-knowledge questions; null = natural mix
-    base_model: str = "smollm2-135m"  # answers closed-book; the model the gate is then trained on
     closed_book_dtype: str = "auto"
     closed_book_batch_size: int = 16
     closed_book_max_new_tokens: int = 20  # the authors' evaluation generates 20 tokens
@@ -146,9 +147,10 @@ class AdaptDataConfig:
         return WorldOptions(seed=self.world_seed, heldout_fraction=self.heldout_fraction, heldout_seed=self.data_seed,
                             common_fraction=self.world_common_fraction)
 
-    def labeller(self) -> dict[str, Any]:
-        """What determines a closed-book answer: a resumed file must have been written with the same."""
-        return {"model": self.base_model, "prompt_variant": self.prompt_variant,
+    def labeller(self, model: BaseModelConfig) -> dict[str, Any]:
+        """What determines a closed-book answer (``model`` answers): a resumed file must have been written with the
+        same."""
+        return {"model": model.base_model, "prompt_variant": self.prompt_variant,
                 "max_new_tokens": self.closed_book_max_new_tokens, "extraction": "response_text"}
 
 
@@ -258,17 +260,17 @@ def source_sha256(examples: Sequence[QAExample]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def _common_stats(cfg: AdaptDataConfig, examples: Sequence[QAExample], rows: list[dict[str, str]],
-                  dsd: DatasetDict) -> dict[str, Any]:
+def _common_stats(cfg: AdaptDataConfig, model: BaseModelConfig, examples: Sequence[QAExample],
+                  rows: list[dict[str, str]], dsd: DatasetDict) -> dict[str, Any]:
     context_ids = {r["question_id"] for r in rows if r["kind"] == "context"}
     cuts = passage_cut_stats([ex for ex in examples if ex.id in context_ids], cfg.max_passage_words)
     return {"mode": cfg.mode, "questions": len(examples), "instances": len(rows),
             "train_instances": len(dsd["train"]), "validation_instances": len(dsd["validation"]),
-            "max_passage_words": cfg.max_passage_words, **cuts, "base_model": cfg.base_model,
+            "max_passage_words": cfg.max_passage_words, **cuts, "base_model": model.base_model,
             "prompt_variant": cfg.prompt_variant, "dataset": cfg.dataset, "source_sha256": source_sha256(examples)}
 
 
-def _stats(cfg: AdaptDataConfig, examples: Sequence[QAExample], rows: list[dict[str, str]],
+def _stats(cfg: AdaptDataConfig, model: BaseModelConfig, examples: Sequence[QAExample], rows: list[dict[str, str]],
            answers: dict[str, str], judge: Judge, dsd: DatasetDict) -> dict[str, Any]:
     kinds = Counter(r["kind"] for r in rows)
     groups: dict[str, Counter] = {}
@@ -276,17 +278,17 @@ def _stats(cfg: AdaptDataConfig, examples: Sequence[QAExample], rows: list[dict[
         c = groups.setdefault(str(ex.metadata.get("kind", "all")), Counter())
         c["questions"] += 1
         c["correct"] += int(judge(answers[ex.id], ex.answers))
-    return {**_common_stats(cfg, examples, rows, dsd), "correct": kinds["parametric_answer"],
+    return {**_common_stats(cfg, model, examples, rows, dsd), "correct": kinds["parametric_answer"],
             "closed_book_accuracy": kinds["parametric_answer"] / len(examples),
             "parametric_answer_instances": kinds["parametric_answer"], "ret_instances": kinds["parametric_ret"],
             "context_instances": kinds["context"], "by_group": {k: dict(v) for k, v in sorted(groups.items())},
             "judge": cfg.judge, "judge_normalize": cfg.judge_normalize, "parametric_target": cfg.parametric_target}
 
 
-def _baseline_stats(cfg: AdaptDataConfig, examples: Sequence[QAExample], rows: list[dict[str, str]],
-                    dsd: DatasetDict) -> dict[str, Any]:
+def _baseline_stats(cfg: AdaptDataConfig, model: BaseModelConfig, examples: Sequence[QAExample],
+                    rows: list[dict[str, str]], dsd: DatasetDict) -> dict[str, Any]:
     kinds = Counter(r["kind"] for r in rows)
-    return {**_common_stats(cfg, examples, rows, dsd), "never_retrieve_instances": kinds["never_retrieve"],
+    return {**_common_stats(cfg, model, examples, rows, dsd), "never_retrieve_instances": kinds["never_retrieve"],
             "context_instances": kinds["context"]}
 
 
@@ -325,27 +327,28 @@ def load_adapt_dataset(data_dir: str | Path) -> DatasetDict:
 
 
 def build_adapt_dataset(cfg: AdaptDataConfig, answer_fn: ClosedBookFn | None = None, judge: Judge | None = None,
-                        show_progress: bool = True) -> DatasetDict:
+                        show_progress: bool = True, *, model: BaseModelConfig | None = None) -> DatasetDict:
     """Run Algorithm 1 for ``cfg`` and write everything to ``cfg.data_dir``; returns the DatasetDict.
 
-    ``answer_fn`` (closed-book answers for a batch) and ``judge`` default to the base model and ``cfg.judge``;
-    tests pass stubs.
+    ``model`` is the base model that answers closed-book (default :class:`BaseModelConfig`'s). ``answer_fn``
+    (closed-book answers for a batch) and ``judge`` default to that model and ``cfg.judge``; tests pass stubs.
     """
+    model = model or BaseModelConfig()
     out = Path(cfg.data_dir)
     check_data_dir_mode(out, cfg.mode)
     examples = load_source(cfg)
     with FolderLock(out):  # one builder per data_dir: two would ask every question twice
-        return _build_locked(cfg, out, examples, answer_fn, judge, show_progress)
+        return _build_locked(cfg, model, out, examples, answer_fn, judge, show_progress)
 
 
-def _build_locked(cfg: AdaptDataConfig, out: Path, examples: list[QAExample], answer_fn: ClosedBookFn | None,
-                  judge: Judge | None, show_progress: bool) -> DatasetDict:
+def _build_locked(cfg: AdaptDataConfig, model: BaseModelConfig, out: Path, examples: list[QAExample],
+                  answer_fn: ClosedBookFn | None, judge: Judge | None, show_progress: bool) -> DatasetDict:
     if cfg.mode == "adapt":
-        answer_fn = answer_fn or model_closed_book_fn(cfg.base_model, cfg.prompt_variant,
+        answer_fn = answer_fn or model_closed_book_fn(model.base_model, cfg.prompt_variant,
                                                       cfg.closed_book_max_new_tokens, cfg.closed_book_batch_size,
                                                       cfg.closed_book_dtype)
         judge = judge or make_judge(cfg.judge, cfg.judge_normalize)
-        answers = answer_closed_book(examples, answer_fn, out / "closed_book.jsonl", cfg.labeller(),
+        answers = answer_closed_book(examples, answer_fn, out / "closed_book.jsonl", cfg.labeller(model),
                                      cfg.closed_book_batch_size, show_progress)
         rows = algorithm1(examples, answers, judge, cfg.prompt_variant, cfg.max_passage_words, cfg.parametric_target)
     else:  # the baselines need no closed-book pass
@@ -354,12 +357,12 @@ def _build_locked(cfg: AdaptDataConfig, out: Path, examples: list[QAExample], an
     check_schema(dsd)
     save_dataset(dsd, out / "dataset")
     if cfg.mode == "adapt":
-        stats = _stats(cfg, examples, rows, answers, judge, dsd)
+        stats = _stats(cfg, model, examples, rows, answers, judge, dsd)
     else:
-        stats = _baseline_stats(cfg, examples, rows, dsd)
+        stats = _baseline_stats(cfg, model, examples, rows, dsd)
     write_text_atomic(out / "stats.json", json.dumps(stats, indent=2) + "\n")
-    save_config(out / "config.yaml", cfg)
-    write_dataset_card(out, stats, cfg)
+    save_config(out / "config.yaml", model, cfg)
+    write_dataset_card(out, stats, (model, cfg))
     logger.info("%s data: %s", cfg.mode, {k: v for k, v in stats.items() if k != "by_group"})
     if stats["passages_recentred"]:
         logger.info("%d of %d context instances had a passage cut; %d kept a window around the answer that the "
@@ -370,8 +373,8 @@ def _build_locked(cfg: AdaptDataConfig, out: Path, examples: list[QAExample], an
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    (cfg,) = parse_config((AdaptDataConfig,), argv, prog="python -m data_builders.adapt_llm")
-    dsd = build_adapt_dataset(cfg)
+    cfg, model = parse_config((AdaptDataConfig, BaseModelConfig), argv, prog="python -m data_builders.adapt_llm")
+    dsd = build_adapt_dataset(cfg, model=model)
     if cfg.push_dataset_to_hub:
         push_to_hub(cfg.data_dir, cfg.push_dataset_to_hub, repo_type="dataset")
     stats = json.loads((Path(cfg.data_dir) / "stats.json").read_text())

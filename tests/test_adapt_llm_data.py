@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from adaptive_rag.lm.base_model import BaseModelConfig
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.errors import ConfigError, DataError
 from adaptive_rag.plumbing.records import Passage, QAExample
@@ -146,6 +147,7 @@ def test_build_writes_dataset_stats_config(tmp_path):
     assert stats["judge"] == "contains" and stats["base_model"] == "smollm2-135m" and len(stats["source_sha256"]) == 64
     saved = yaml.safe_load((tmp_path / "data" / "config.yaml").read_text())
     assert saved["dataset"] == cfg.dataset and saved["judge"] == "contains" and stats["dataset"] == cfg.dataset
+    assert saved["base_model"] == "smollm2-135m"  # the model config is saved beside the data config
     again = load_adapt_dataset(cfg.data_dir)
     assert again["train"]["prompt"] == dsd["train"]["prompt"]
 
@@ -230,7 +232,7 @@ def test_cli_from_yaml_resumes_without_a_model(tmp_path, capsys):
     (tmp_path / "data").mkdir()
     with (tmp_path / "data" / "closed_book.jsonl").open("w") as f:
         for ex in examples:
-            f.write(json.dumps({"id": ex.id, "answer": "no idea", "labeller": cfg.labeller()}) + "\n")
+            f.write(json.dumps({"id": ex.id, "answer": "no idea", "labeller": cfg.labeller(BaseModelConfig())}) + "\n")
     config = tmp_path / "adapt.yaml"
     config.write_text(yaml.safe_dump({"data_dir": cfg.data_dir, "dataset": str(source), "shuffle_seed": None,
                                       "validation_fraction": 0.0}))
@@ -284,6 +286,26 @@ def test_baseline_modes_build_one_gold_instance_per_question(tmp_path, mode):
     assert yaml.safe_load((tmp_path / "data" / "config.yaml").read_text())["mode"] == mode
     with pytest.raises(DataError, match=f"holds the mode '{mode}' dataset, not 'adapt'"):  # one mode per data_dir
         build_adapt_dataset(_cfg(tmp_path, Path(cfg.dataset)), answer_fn=CountingAnswers(), show_progress=False)
+
+
+def test_base_model_is_a_model_setting(tmp_path):
+    """base_model lives on BaseModelConfig, not on the data config; the flat YAML/flags still reach it, and the
+    builder records the model it was given."""
+    from dataclasses import fields
+
+    from adaptive_rag.plumbing.config import parse_config
+    from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig
+
+    assert "base_model" not in {f.name for f in fields(AdaptDataConfig)}
+    model, data, _, _ = parse_config((BaseModelConfig, AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig),
+                                     ["--base_model", "x"])
+    assert model.base_model == "x" and not hasattr(data, "base_model")
+    cfg = _cfg(tmp_path, _write_source(tmp_path, _examples(2)), validation_fraction=0.0)
+    build_adapt_dataset(cfg, answer_fn=CountingAnswers(), show_progress=False, model=BaseModelConfig("my-model"))
+    assert json.loads((tmp_path / "data" / "stats.json").read_text())["base_model"] == "my-model"
+    assert yaml.safe_load((tmp_path / "data" / "config.yaml").read_text())["base_model"] == "my-model"
+    labels = {json.loads(line)["labeller"]["model"] for line in (tmp_path / "data" / "closed_book.jsonl").open()}
+    assert labels == {"my-model"}
 
 
 def test_mode_is_checked():

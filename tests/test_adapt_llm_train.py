@@ -15,6 +15,7 @@ import yaml
 from conftest import bos_tokenizer
 from datasets import Dataset, DatasetDict
 
+from adaptive_rag.lm.base_model import BaseModelConfig
 from adaptive_rag.lm.models import load_tokenizer
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config
@@ -82,11 +83,15 @@ def data(tmp_path_factory, tiny_dir):
     tmp = tmp_path_factory.mktemp("data")
     source = tmp / "qa.jsonl"
     source.write_text("".join(json.dumps(ex.to_dict()) + "\n" for ex in _examples(6)))
-    cfg = AdaptDataConfig(data_dir=str(tmp / "data"), dataset=str(source), shuffle_seed=None, validation_fraction=0.0,
-                          base_model=str(tiny_dir))
+    cfg = AdaptDataConfig(data_dir=str(tmp / "data"), dataset=str(source), shuffle_seed=None, validation_fraction=0.0)
     dsd = build_adapt_dataset(cfg, answer_fn=lambda b: ["Land0" if ex.id == "q0" else "?" for ex in b],
-                              show_progress=False)
+                              show_progress=False, model=_model(tiny_dir))
     return cfg, dsd
+
+
+def _model(path: Path) -> BaseModelConfig:
+    """The base model a test trains: a model folder."""
+    return BaseModelConfig(base_model=str(path))
 
 
 def _train_cfg(out: Path, **kw) -> AdaptTrainConfig:
@@ -146,21 +151,22 @@ def test_train_adapt_writes_checked_adapter_and_resumes(tiny_dir, data, tmp_path
 
     data_cfg, dsd = data
     out = tmp_path / "model"
-    metrics = train_adapt(data_cfg, _train_cfg(out, max_steps=2), dsd)
+    metrics = train_adapt(data_cfg, _train_cfg(out, max_steps=2), dsd, model=_model(tiny_dir))
     assert metrics["adapter"]["tensors"] > 0 and (out / "checkpoint-2").is_dir()
     for name in ("adapter_config.json", "config.yaml", "data_stats.json", "train_results.json", "tokenizer.json"):
         assert (out / name).is_file(), name
     assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == str(tiny_dir)
     assert "<RET>" in load_tokenizer(str(out)).get_vocab()
-    again = train_adapt(data_cfg, _train_cfg(out, max_steps=3), dsd)  # resumes at step 2: one more step
+    # resumes at step 2: one more step
+    again = train_adapt(data_cfg, _train_cfg(out, max_steps=3), dsd, model=_model(tiny_dir))
     assert again["train_runtime"] >= 0 and (out / "checkpoint-3").is_dir()
     assert json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())["global_step"] == 3
     # the finished run resumed again: no step runs, and its real loss is kept (the trainer would report 0)
-    finished = train_adapt(data_cfg, _train_cfg(out, max_steps=3), dsd)
+    finished = train_adapt(data_cfg, _train_cfg(out, max_steps=3), dsd, model=_model(tiny_dir))
     assert finished["resumed_without_new_steps"] and finished["train_loss"] == again["train_loss"] > 0
     assert json.loads((out / "train_results.json").read_text())["train_loss"] == again["train_loss"]
     with pytest.raises(ConfigError, match="other learning_rate"):  # another recipe never continues these
-        train_adapt(data_cfg, _train_cfg(out, max_steps=4, learning_rate=1e-3), dsd)
+        train_adapt(data_cfg, _train_cfg(out, max_steps=4, learning_rate=1e-3), dsd, model=_model(tiny_dir))
     save_file({"base_model.model.x.weight": torch.zeros(1)}, str(tmp_path / "adapter_model.safetensors"))
     with pytest.raises(RuntimeError, match="lacks LoRA"):
         check_adapter(tmp_path, _train_cfg(out))
@@ -185,7 +191,7 @@ def test_loaded_adapter_generates_with_p_ret(tiny_dir, data, tmp_path):
     from inference.adapt_gate.gate import model_generator
 
     data_cfg, dsd = data
-    train_adapt(data_cfg, _train_cfg(tmp_path / "m", merge_adapter=True), dsd)
+    train_adapt(data_cfg, _train_cfg(tmp_path / "m", merge_adapter=True), dsd, model=_model(tiny_dir))
     assert (tmp_path / "m" / "adapter_model.safetensors").stat().st_size < 100_000  # no whole embedding matrix
     rows = []
     for seed in (1, 2):  # the resized base row is random; the loaded <RET> row must come from the adapter
@@ -204,7 +210,7 @@ def test_quantized_loading_refused_without_cuda(tiny_dir, data, tmp_path):
         pytest.skip("this machine has CUDA")
     data_cfg, dsd = data
     with pytest.raises(RuntimeError, match="needs CUDA"):
-        train_adapt(data_cfg, _train_cfg(tmp_path, load_in_4bit=True), dsd)
+        train_adapt(data_cfg, _train_cfg(tmp_path, load_in_4bit=True), dsd, model=_model(tiny_dir))
 
 
 def test_resolve_checkpoint(tmp_path):
@@ -243,8 +249,9 @@ def test_bad_train_config_fails(override, message):
 
 def test_shipped_configs_parse_and_readme_paths_exist():
     for name in ("adapt_llm_paper.yaml", "adapt_llm_demo_cpu.yaml"):
-        data_cfg, train_cfg, _ = parse_config((AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig),
-                                              [str(ROOT / "training" / "configs" / name)])
+        model, data_cfg, train_cfg, _ = parse_config((BaseModelConfig, AdaptDataConfig, AdaptTrainConfig,
+                                                      AdaptEvalConfig), [str(ROOT / "training" / "configs" / name)])
+        assert model.base_model == "smollm2-135m"
         assert train_cfg.lora_r == 8 and train_cfg.lora_target_modules == ["q_proj", "v_proj"]
     paper = parse_config((AdaptTrainConfig,), [])[0]  # defaults are the paper's recipe
     assert (paper.effective_batch_size, paper.micro_batch_size, paper.num_epochs, paper.learning_rate) == (
@@ -293,10 +300,11 @@ def test_untied_model_trains_both_ret_rows_and_emits_ret_after_reload(untied_dir
     from adaptive_rag.lm.models import load_causal_lm
 
     prompts = [parametric_prompt(f"Where is Town{i}?") for i in range(8)]
-    data_cfg = AdaptDataConfig(data_dir=str(tmp_path / "data"), base_model=str(untied_dir))
+    data_cfg = AdaptDataConfig(data_dir=str(tmp_path / "data"))
     out = tmp_path / "model"
     train_adapt(data_cfg, _train_cfg(out, max_steps=8, micro_batch_size=8, effective_batch_size=8,
-                                     ret_token_learning_rate=0.3, save_steps=100), _dataset(prompts, ["<RET>"] * 8))
+                                     ret_token_learning_rate=0.3, save_steps=100), _dataset(prompts, ["<RET>"] * 8),
+                model=_model(untied_dir))
     with safe_open(str(out / "adapter_model.safetensors"), framework="pt") as f:
         rows = [k for k in f.keys() if "trainable_tokens_delta" in k]
     assert sorted(k.split(".token_adapter")[0].rsplit(".", 1)[-1] for k in rows) == ["embed_tokens", "lm_head"]
@@ -322,8 +330,7 @@ def test_check_adapter_wants_the_head_row_on_an_untied_model(tiny_dir, untied_di
     assert lora_config(_train_cfg(tmp_path), 7, tied=True).trainable_token_indices == {"embed_tokens": [7]}
     data_cfg, dsd = data
     out = tmp_path / "untied"
-    metrics = train_adapt(AdaptDataConfig(**{**data_cfg.__dict__, "base_model": str(untied_dir)}),
-                          _train_cfg(out), dsd)
+    metrics = train_adapt(data_cfg, _train_cfg(out), dsd, model=_model(untied_dir))
     assert metrics["adapter"]["tensors"] > 0
     cfg = _train_cfg(out)
     tensors = load_file(str(out / "adapter_model.safetensors"))
@@ -354,9 +361,9 @@ def test_training_ids_are_inference_prompt_ids(tmp_path, monkeypatch):
     monkeypatch.setattr(trl.SFTTrainer, "train", capture)
     bos = tokenizer.bos_token
     prompts = [parametric_prompt("Where is Town1?"), bos + parametric_prompt("Where is Town2?")]
-    data_cfg = AdaptDataConfig(data_dir=str(tmp_path / "data"), base_model=str(base))
+    data_cfg = AdaptDataConfig(data_dir=str(tmp_path / "data"))
     train_adapt(data_cfg, _train_cfg(tmp_path / "model", micro_batch_size=2, effective_batch_size=2),
-                _dataset(prompts, ["Land1", "<RET>"]))
+                _dataset(prompts, ["Land1", "<RET>"]), model=_model(base))
     trained = load_tokenizer(str(tmp_path / "model"))
     ret_id, eos = trained.convert_tokens_to_ids("<RET>"), trained.eos_token_id
     land = trained("Land1", add_special_tokens=False)["input_ids"]
@@ -376,10 +383,10 @@ def test_resumed_run_reports_the_whole_run(tiny_dir, data, tmp_path):
 
     data_cfg, dsd = data
     out = tmp_path / "model"
-    first = train_adapt(data_cfg, _train_cfg(out, max_steps=2, save_steps=2), dsd)
+    first = train_adapt(data_cfg, _train_cfg(out, max_steps=2, save_steps=2), dsd, model=_model(tiny_dir))
     assert first["sessions"] == 1 and first["global_step"] == 2 and first["mode"] == "adapt"
     assert json.loads((out / "checkpoint-2" / SESSIONS_FILE).read_text())["session_runtimes"][0] > 0
-    second = train_adapt(data_cfg, _train_cfg(out, max_steps=4, save_steps=2), dsd)
+    second = train_adapt(data_cfg, _train_cfg(out, max_steps=4, save_steps=2), dsd, model=_model(tiny_dir))
     state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
     losses = [e["loss"] for e in state["log_history"] if "loss" in e]
     assert len(losses) == 4 and second["train_loss_logged_steps"] == 4
@@ -401,7 +408,7 @@ def test_adapter_names_a_base_that_plain_peft_loads(tiny_dir, data, tmp_path):
 
     data_cfg, dsd = data
     out = tmp_path / "model"
-    train_adapt(data_cfg, _train_cfg(out, max_steps=1), dsd)
+    train_adapt(data_cfg, _train_cfg(out, max_steps=1), dsd, model=_model(tiny_dir))
     recorded = json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"]
     assert recorded == str(tiny_dir.resolve())  # a local base by its absolute path
     assert json.loads((out / ADAPTER_BASE_FILE).read_text()) == {"base_model": str(tiny_dir.resolve())}
@@ -449,11 +456,10 @@ def test_training_writes_no_cache_files_into_the_dataset_folder(tiny_dir, tmp_pa
     source = tmp_path / "qa.jsonl"
     source.write_text("".join(json.dumps(ex.to_dict()) + "\n" for ex in _examples(10)))
     data_cfg = AdaptDataConfig(data_dir=str(tmp_path / "data"), dataset=str(source), shuffle_seed=None,
-                               validation_fraction=0.3,
-                               base_model=str(tiny_dir))
-    build_adapt_dataset(data_cfg, answer_fn=lambda b: ["?" for _ in b], show_progress=False)
+                               validation_fraction=0.3)
+    build_adapt_dataset(data_cfg, answer_fn=lambda b: ["?" for _ in b], show_progress=False, model=_model(tiny_dir))
     dsd = load_adapt_dataset(data_cfg.data_dir)  # memory-mapped from data_dir/dataset, as the job loads it
-    train_adapt(data_cfg, _train_cfg(tmp_path / "model", eval_steps=1), dsd)
+    train_adapt(data_cfg, _train_cfg(tmp_path / "model", eval_steps=1), dsd, model=_model(tiny_dir))
     assert sorted(p.name for p in (tmp_path / "data").rglob("cache-*")) == []
 
 
@@ -479,7 +485,7 @@ def _script():
     ({"source": "world"}, r"source was renamed: use dataset \(world is now world-adapt-train\)"),
     ({"source_limit": 3}, r"source_limit was renamed: use limit"),
 ])
-def test_job_checks_its_inputs_before_any_model_loads(data, tmp_path, monkeypatch, capsys, fields, message):
+def test_job_checks_its_inputs_before_any_model_loads(tiny_dir, data, tmp_path, monkeypatch, capsys, fields, message):
     """The SQuAD -> PopQA recipe once failed only after Algorithm 1 and training, at its evaluation index."""
     import adaptive_rag.lm.models
 
@@ -493,7 +499,7 @@ def test_job_checks_its_inputs_before_any_model_loads(data, tmp_path, monkeypatc
     fields = {k: str(tmp_path) if v == "HERE" else v for k, v in fields.items()}
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({
-        "data_dir": str(tmp_path / "data"), "dataset": data_cfg.dataset, "base_model": data_cfg.base_model,
+        "data_dir": str(tmp_path / "data"), "dataset": data_cfg.dataset, "base_model": str(tiny_dir),
         "output_dir": str(tmp_path / "model"), "eval_dataset": data_cfg.dataset, **fields}))
     assert run_cli(_script().main, argv=[str(config)]) == 2
     err = capsys.readouterr().err
@@ -518,7 +524,7 @@ def test_training_frees_its_model_before_the_evaluation_loads_one(tiny_dir, data
         return model, tokenizer
 
     monkeypatch.setattr(adaptive_rag.lm.models, "load_causal_lm", recording)
-    train_adapt(data_cfg, _train_cfg(tmp_path / "model"), dsd)
+    train_adapt(data_cfg, _train_cfg(tmp_path / "model"), dsd, model=_model(tiny_dir))
     assert len(models) == 1 and models[0]() is None
 
 
@@ -527,10 +533,10 @@ def test_resumed_run_outlives_its_rotated_checkpoint(tiny_dir, data, tmp_path):
     writes the adapter and the whole run's train_results.json (the step is read before training)."""
     data_cfg, dsd = data
     out = tmp_path / "model"
-    train_adapt(data_cfg, _train_cfg(out, max_steps=1, save_total_limit=1), dsd)
+    train_adapt(data_cfg, _train_cfg(out, max_steps=1, save_total_limit=1), dsd, model=_model(tiny_dir))
     assert (out / "checkpoint-1").is_dir()
     (out / "train_results.json").unlink()  # as after a kill: the first session never reached its end
-    second = train_adapt(data_cfg, _train_cfg(out, max_steps=3, save_total_limit=1), dsd)
+    second = train_adapt(data_cfg, _train_cfg(out, max_steps=3, save_total_limit=1), dsd, model=_model(tiny_dir))
     assert not (out / "checkpoint-1").exists() and (out / "checkpoint-3").is_dir()  # rotated away
     assert second["sessions"] == 2 and second["global_step"] == 3
     assert json.loads((out / "train_results.json").read_text())["sessions"] == 2

@@ -15,6 +15,7 @@ import yaml
 from conftest import tiny_llama
 from huggingface_hub import DatasetCard, ModelCard
 
+from adaptive_rag.lm.base_model import BaseModelConfig
 from adaptive_rag.plumbing.cards import (
     PushToHubError,
     push_to_hub,
@@ -50,7 +51,7 @@ def data_dir(tmp_path) -> Path:
 
 def test_dataset_card_beside_the_dataset(data_dir, tmp_path):
     stats = json.loads((data_dir / "stats.json").read_text())
-    path = write_dataset_card(data_dir, stats, AdaptDataConfig(data_dir=str(data_dir)),
+    path = write_dataset_card(data_dir, stats, (BaseModelConfig(), AdaptDataConfig(data_dir=str(data_dir))),
                               command="python -m data_builders.adapt_llm my.yaml")
     assert path == data_dir / "README.md"
     card = DatasetCard.load(path)

@@ -10,6 +10,7 @@ import torch
 from datasets import Dataset, DatasetDict
 
 import adaptive_rag.lm.models
+from adaptive_rag.lm.base_model import BaseModelConfig
 from data_builders.adapt_llm import COLUMNS, AdaptDataConfig
 from training.adapt_llm_config import AdaptTrainConfig
 from training.adapt_llm_tokens import tokenize_split
@@ -138,8 +139,8 @@ def test_padding_free_training_runs_with_varlen(sdpa_dir, tmp_path, monkeypatch)
     rows = {"prompt": ["Q: Where is Town1?\n\nA:", "Q: Who founded the long named Town2?\n\nA:"],
             "completion": [" Land1", " <RET>"], "kind": ["parametric", "parametric_ret"], "question_id": ["q1", "q2"]}
     dsd = DatasetDict({"train": Dataset.from_dict(rows), "validation": Dataset.from_dict({c: [] for c in COLUMNS})})
-    data_cfg = AdaptDataConfig(data_dir=str(tmp_path / "data"), base_model=str(sdpa_dir))
+    data_cfg = AdaptDataConfig(data_dir=str(tmp_path / "data"))
     cfg = _cfg(tmp_path / "model", padding_free=True, max_steps=1, save_steps=1, logging_steps=1, warmup_steps=0)
-    metrics = train_adapt(data_cfg, cfg, dsd)
+    metrics = train_adapt(data_cfg, cfg, dsd, model=BaseModelConfig(base_model=str(sdpa_dir)))
     assert len(loaded) == 1 and loaded[0].config._attn_implementation == "sdpa_varlen"
     assert metrics["train_loss"] > 0 and metrics["adapter"]["tensors"] > 0

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 import data_builders.question_loader as question_sets
+from adaptive_rag.lm.base_model import BaseModelConfig
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config
 from adaptive_rag.plumbing.errors import ConfigError, DataError
@@ -27,7 +28,7 @@ from training.evaluate_adapted import EvaluateAdaptedConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 EVALUATE = (EvalConfig, MethodConfig, PromptConfig, EngineConfig, GateMethodConfig)
-ADAPT = (AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig)
+ADAPT = (BaseModelConfig, AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig)
 
 # (how many, sha256 of the ids joined by newlines) of every shipped recipe's questions, computed with the code
 # before the spec was unified (questions: world:two_hop + start/end, source: world + source_limit, eval_source).
@@ -81,7 +82,7 @@ def recipe_questions(recipe: str, tmp_path: Path) -> list[QAExample]:
     if any(not (ROOT / f).exists() for f in files):
         pytest.skip(f"needs the development data ({', '.join(files)})")
     if path.startswith("training/"):
-        data_cfg, _, eval_cfg = parse_config(ADAPT, [str(ROOT / path)])
+        _, data_cfg, _, eval_cfg = parse_config(ADAPT, [str(ROOT / path)])
         return eval_questions(data_cfg, eval_cfg) if part == "eval" else load_source(data_cfg)
     if path.startswith("retrieval_adapt/"):
         other = RetrievalAdaptDataConfig if Path(path).name.startswith("data") else EvaluateAdaptedConfig

@@ -24,10 +24,11 @@ def program_types(program: str) -> tuple[type, ...]:
 
         return CONFIG_TYPES
     if program == "training/adapt_llm.py":
+        from adaptive_rag.lm.base_model import BaseModelConfig
         from data_builders.adapt_llm import AdaptDataConfig
         from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig
 
-        return AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig
+        return BaseModelConfig, AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig
     if program == "training.distill_set":
         from data_builders.question_loader import QuestionsConfig
         from training.distill_set import RetrievalAdaptDataConfig

@@ -8,10 +8,12 @@ questions. Run from the repository root.
         training/configs/adapt_llm_paper.yaml --base_model meta-llama/Llama-2-7b-hf
     python training/adapt_llm.py training/configs/adapt_llm_demo_cpu.yaml --num_epochs 1 --output_dir runs/x
 
-Arguments: ``[CONFIG.yaml] [--field value ...]`` over the fields of ``AdaptDataConfig``
-(data_builders/adapt_llm.py), ``AdaptTrainConfig`` and ``AdaptEvalConfig`` (training/adapt_llm_config.py);
-unknown fields fail. Without a YAML the dataclass defaults are the paper's recipe (effective batch 128,
-micro-batch 32, 3 epochs, lr 3e-4, LoRA r 8 / alpha 16 / dropout 0.05 on q_proj, v_proj, cut-off 512).
+Arguments: ``[CONFIG.yaml] [--field value ...]`` over the fields of ``BaseModelConfig``
+(adaptive_rag/lm/base_model.py: ``base_model``, the model Algorithm 1 asks and the job fine-tunes),
+``AdaptDataConfig`` (data_builders/adapt_llm.py), ``AdaptTrainConfig`` and ``AdaptEvalConfig``
+(training/adapt_llm_config.py); unknown fields fail. Without a YAML the dataclass defaults are the paper's
+recipe (effective batch 128, micro-batch 32, 3 epochs, lr 3e-4, LoRA r 8 / alpha 16 / dropout 0.05 on q_proj,
+v_proj, cut-off 512).
 
 **No arguments at all** runs ``training/configs/adapt_llm_demo_cpu.yaml``: the embedded world (its fictional
 single-hop and common-knowledge questions, a held-out fifth never trained on), the embedded SmolLM2-135M,
@@ -42,6 +44,7 @@ from pathlib import Path
 
 import yaml
 
+from adaptive_rag.lm.base_model import BaseModelConfig
 from adaptive_rag.plumbing.cards import push_to_hub, write_adapter_card
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config
@@ -60,26 +63,29 @@ from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig
 DEMO_CONFIG = Path(__file__).resolve().parent / "configs" / "adapt_llm_demo_cpu.yaml"
 
 
-def parse(argv: list[str]) -> tuple[AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig]:
-    return parse_config((AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig), argv or [str(DEMO_CONFIG)],
-                        prog="training/adapt_llm.py")
+CONFIG_TYPES = (BaseModelConfig, AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig)
 
 
-def build_data(data_cfg: AdaptDataConfig, state):
+def parse(argv: list[str]) -> tuple[BaseModelConfig, AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig]:
+    return parse_config(CONFIG_TYPES, argv or [str(DEMO_CONFIG)], prog="training/adapt_llm.py")
+
+
+def build_data(model_cfg: BaseModelConfig, data_cfg: AdaptDataConfig, state):
     """Algorithm 1 on the main process only (one model answers closed-book); the others load its output."""
     if state.is_main_process:
-        build_adapt_dataset(data_cfg)
+        build_adapt_dataset(data_cfg, model=model_cfg)
         if data_cfg.push_dataset_to_hub:
             push_to_hub(data_cfg.data_dir, data_cfg.push_dataset_to_hub, repo_type="dataset")
     state.wait_for_everyone()
     return load_adapt_dataset(data_cfg.data_dir)
 
 
-def check_inputs(data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, eval_cfg: AdaptEvalConfig) -> None:
+def check_inputs(model_cfg: BaseModelConfig, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig,
+                 eval_cfg: AdaptEvalConfig) -> None:
     """Everything the job reads or writes, checked before any model loads: a mistake ends in one line at once,
     not after Algorithm 1 and training. The base model's name, the training questions' file, the output
     folders, a 4-/8-bit request without CUDA, and with ``evaluate: true`` the evaluation's questions and index."""
-    check_model_name(data_cfg.base_model, flag="--base_model")
+    check_model_name(model_cfg.base_model, flag="--base_model")
     check_dataset(data_cfg.question_set(), data_cfg.dataset_format)
     for flag, folder in (("--data_dir", data_cfg.data_dir), ("--output_dir", train_cfg.output_dir)):
         try:
@@ -108,8 +114,8 @@ def evaluate(data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, eval_cfg: A
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    data_cfg, train_cfg, eval_cfg = parse(list(sys.argv[1:] if argv is None else argv))
-    check_inputs(data_cfg, train_cfg, eval_cfg)
+    model_cfg, data_cfg, train_cfg, eval_cfg = parse(list(sys.argv[1:] if argv is None else argv))
+    check_inputs(model_cfg, data_cfg, train_cfg, eval_cfg)
     # imported after the arguments are parsed and checked: --help and a mistake cost no torch/trl start-up
     from accelerate import PartialState
 
@@ -118,16 +124,17 @@ def main(argv: list[str] | None = None) -> None:
     state = PartialState()
     timings: dict[str, float] = {}
     start = time.time()
-    dsd = build_data(data_cfg, state)
+    dsd = build_data(model_cfg, data_cfg, state)
     timings["data_s"] = time.time() - start
     state.print(f"Algorithm 1 data: train {len(dsd['train'])}, validation {len(dsd['validation'])} instances")
     if state.is_main_process and train_cfg.report_to == "wandb":
         stats = json.loads((Path(data_cfg.data_dir) / "stats.json").read_text())
-        log_run("wandb", job="algorithm1", name=Path(data_cfg.data_dir).name, config=asdict(data_cfg),
+        log_run("wandb", job="algorithm1", name=Path(data_cfg.data_dir).name,
+                config={**asdict(model_cfg), **asdict(data_cfg)},
                 metrics={k: v for k, v in stats.items() if k != "by_group"})
 
     t = time.time()
-    metrics = train_adapt(data_cfg, train_cfg, dsd, extra_configs=(eval_cfg,))
+    metrics = train_adapt(data_cfg, train_cfg, dsd, extra_configs=(eval_cfg,), model=model_cfg)
     timings["train_s"] = time.time() - t
     state.print(f"trained: loss {metrics.get('train_loss', float('nan')):.4f}, adapter {metrics.get('adapter')}")
 

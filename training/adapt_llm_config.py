@@ -1,6 +1,7 @@
 """Configuration of the ADAPT-LLM job: fine-tuning (:class:`AdaptTrainConfig`) and the held-out evaluation
 that follows it (:class:`AdaptEvalConfig`). Algorithm 1's settings are
-:class:`data_builders.adapt_llm.AdaptDataConfig`. Field names are unique across the three, so one YAML holds
+:class:`data_builders.adapt_llm.AdaptDataConfig`, the model both start from
+:class:`adaptive_rag.lm.base_model.BaseModelConfig`. Field names are unique across the four, so one YAML holds
 them all; defaults are the paper's recipe (ADAPT-LLM's ``train.py`` on alpaca-lora).
 """
 

@@ -32,6 +32,7 @@ import yaml
 from datasets import DatasetDict
 
 from adaptive_rag.lm import models
+from adaptive_rag.lm.base_model import BaseModelConfig
 from adaptive_rag.plumbing.cards import EMBEDDED_HUB_IDS, write_adapter_card
 from adaptive_rag.plumbing.config import config_dict
 from adaptive_rag.plumbing.record_log import FolderLock
@@ -253,42 +254,45 @@ def check_adapter(output_dir: str | Path, cfg: AdaptTrainConfig,
     return {"tensors": len(keys), "parameters": int(numel), "bytes": path.stat().st_size}
 
 
-def _write_outputs(output_dir: Path, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, extra: Any) -> None:
-    """Resolved config (with the data's source hash, which resuming checks) and the dataset stats."""
+def _write_outputs(output_dir: Path, model: BaseModelConfig, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig,
+                   extra: Any) -> None:
+    """Resolved config (base model, data and training settings, with the data's source hash, which resuming
+    checks) and the dataset stats."""
     output_dir.mkdir(parents=True, exist_ok=True)
     stats_path = Path(data_cfg.data_dir) / "stats.json"
     stats = json.loads(stats_path.read_text()) if stats_path.is_file() else {}
-    resolved = {**config_dict(data_cfg, train_cfg, *extra), "source_sha256": stats.get("source_sha256")}
+    resolved = {**config_dict(model, data_cfg, train_cfg, *extra), "source_sha256": stats.get("source_sha256")}
     (output_dir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
     if stats:
         shutil.copy(stats_path, output_dir / "data_stats.json")
 
 
-def _start_output(main_process: bool, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig,
-                  extra: tuple) -> str | None:
+def _start_output(main_process: bool, model: BaseModelConfig, data_cfg: AdaptDataConfig,
+                  train_cfg: AdaptTrainConfig, extra: tuple) -> str | None:
     """The checkpoint to resume from (checked against the saved recipe), and the resolved config written."""
     resume = resolve_checkpoint(train_cfg.resume_from_checkpoint, train_cfg.output_dir)
     if main_process:
         if resume:
             stats_path = Path(data_cfg.data_dir) / "stats.json"
             sha = json.loads(stats_path.read_text()).get("source_sha256") if stats_path.is_file() else None
-            check_resumable(train_cfg.output_dir, {**asdict(data_cfg), **asdict(train_cfg), "source_sha256": sha})
+            check_resumable(train_cfg.output_dir, {**asdict(model), **asdict(data_cfg), **asdict(train_cfg),
+                                                   "source_sha256": sha})
             logger.info("resuming from %s", resume)
-        _write_outputs(Path(train_cfg.output_dir), data_cfg, train_cfg, extra)
+        _write_outputs(Path(train_cfg.output_dir), model, data_cfg, train_cfg, extra)
     return resume
 
 
 def train_adapt(data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, dsd: DatasetDict,
-                extra_configs: tuple = ()) -> dict[str, Any]:
-    """Fine-tune ``data_cfg.base_model`` on ``dsd``; write adapter, tokenizer, config and stats to
-    ``train_cfg.output_dir``. Returns the train metrics plus the adapter check."""
+                extra_configs: tuple = (), *, model: BaseModelConfig | None = None) -> dict[str, Any]:
+    """Fine-tune ``model.base_model`` (default :class:`BaseModelConfig`'s) on ``dsd``; write adapter, tokenizer,
+    config and stats to ``train_cfg.output_dir``. Returns the train metrics plus the adapter check."""
     from accelerate import PartialState
 
     state = PartialState()
     try:
         # One run per output_dir (main process): two would write the same checkpoints.
         with FolderLock(train_cfg.output_dir) if state.is_main_process else nullcontext():
-            return _train_locked(state, data_cfg, train_cfg, dsd, extra_configs)
+            return _train_locked(state, model or BaseModelConfig(), data_cfg, train_cfg, dsd, extra_configs)
     finally:
         release_memory()
 
@@ -324,17 +328,18 @@ def load_base_model(name: str, train_cfg: AdaptTrainConfig, device: str) -> tupl
     return model, tokenizer
 
 
-def _train_locked(state: Any, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig, dsd: DatasetDict,
-                  extra_configs: tuple) -> dict[str, Any]:
+def _train_locked(state: Any, model_cfg: BaseModelConfig, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig,
+                  dsd: DatasetDict, extra_configs: tuple) -> dict[str, Any]:
     from trl import SFTTrainer
 
     out = Path(train_cfg.output_dir)
-    resume = _start_output(state.is_main_process, data_cfg, train_cfg, extra_configs)
+    base_name = model_cfg.base_model
+    resume = _start_output(state.is_main_process, model_cfg, data_cfg, train_cfg, extra_configs)
     configure_wandb(train_cfg.report_to)
-    model, tokenizer = load_base_model(data_cfg.base_model, train_cfg, str(state.device))
+    model, tokenizer = load_base_model(base_name, train_cfg, str(state.device))
     ret_id = add_ret_token(tokenizer, model)
     ret_modules = ret_token_modules(model)
-    model = build_peft_model(model, train_cfg, ret_id, data_cfg.base_model)
+    model = build_peft_model(model, train_cfg, ret_id, base_name)
     if state.is_main_process:
         model.print_trainable_parameters()
     has_eval = len(dsd["validation"]) > 0
@@ -346,7 +351,7 @@ def _train_locked(state: Any, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainCo
                          eval_dataset=tokenize_split(dsd["validation"], tokenizer, max_length=train_cfg.max_length)
                          if has_eval else None,
                          processing_class=tokenizer, optimizers=(build_optimizer(model, train_cfg), None),
-                         callbacks=[SessionClock(previous_sessions), adapter_base_callback(data_cfg.base_model)])
+                         callbacks=[SessionClock(previous_sessions), adapter_base_callback(base_name)])
     result = trainer.train(resume_from_checkpoint=resume)
     session = dict(result.metrics)
     previous = out / "train_results.json"
@@ -364,7 +369,7 @@ def _train_locked(state: Any, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainCo
         whole = train_cfg.ret_token_training == "modules_to_save"
         trainer.accelerator.unwrap_model(trainer.model).save_pretrained(out, save_embedding_layers=whole)
         tokenizer.save_pretrained(out)  # with <RET>: the base's embeddings are resized to len(tokenizer) first
-        record_adapter_base(out, data_cfg.base_model)
+        record_adapter_base(out, base_name)
         metrics["adapter"] = check_adapter(out, train_cfg, ret_modules)
         (out / "train_results.json").write_text(json.dumps(metrics, indent=2) + "\n")
         write_adapter_card(out, yaml.safe_load((out / "config.yaml").read_text()), metrics,
