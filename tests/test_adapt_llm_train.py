@@ -167,6 +167,9 @@ def test_train_adapt_writes_checked_adapter_and_resumes(tiny_dir, data, tmp_path
     assert json.loads((out / "train_results.json").read_text())["train_loss"] == again["train_loss"]
     with pytest.raises(ConfigError, match="other learning_rate"):  # another recipe never continues these
         train_adapt(data_cfg, _train_cfg(out, max_steps=4, learning_rate=1e-3), dsd, model=_model(tiny_dir))
+    with pytest.raises(ConfigError, match="other base_model"):  # the model config's base_model is checked too
+        train_adapt(data_cfg, _train_cfg(out, max_steps=4), dsd, model=BaseModelConfig(base_model="other-model"))
+    assert yaml.safe_load((out / "config.yaml").read_text())["base_model"] == str(tiny_dir)
     save_file({"base_model.model.x.weight": torch.zeros(1)}, str(tmp_path / "adapter_model.safetensors"))
     with pytest.raises(RuntimeError, match="lacks LoRA"):
         check_adapter(tmp_path, _train_cfg(out))
