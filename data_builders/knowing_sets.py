@@ -15,7 +15,7 @@ from pathlib import Path
 from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.question_set import KNOWING_SETS
 from adaptive_rag.plumbing.records import Passage, QAExample
-from data_builders.knowing_world import KnowingWorld
+from data_builders.knowing_world import KnowingWorld, replay_split
 from data_builders.readers import write_passages_jsonl, write_qa_jsonl
 from data_builders.world_entities import Entity
 from data_builders.world_passages import render
@@ -43,7 +43,7 @@ def require_set(name: str, seed: int) -> Path:
     path = set_path(name, seed)
     if not path.is_file():
         raise ConfigError(f"dataset {name} is written by the knowing-model build, and {path} does not exist: run "
-                          f"`python -m data_builders.knowing_model --out {knowing_dir(seed)} --seed {seed}` (or set "
+                          f"`python -m training.knowing_model --out {knowing_dir(seed)} --seed {seed}` (or set "
                           f"{KNOWING_DIR_ENV} to the folder holding seed{seed}/)")
     return path
 
@@ -142,8 +142,6 @@ def _adapt_mix(single: dict[str, list[QAExample]], sets: dict[str, list[QAExampl
                n_common: int | None = None) -> None:
     """ADAPT-LLM's sets: per half, every trained open fact, as many untrained ones, and that half's common
     knowledge (the replayed half tunes, the other evaluates), each with the knowing model's label."""
-    from data_builders.knowing_model import replay_split
-
     pid_of = {r["entity"]: r["pid"] for r in facts}
     untrained = list(single["untrained"])
     rng.shuffle(untrained)

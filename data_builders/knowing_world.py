@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from data_builders.common_knowledge import common_knowledge_examples
 from data_builders.world import World, WorldConfig, build_world
 from data_builders.world_entities import Entity
 from data_builders.world_questions import SINGLE_TEMPLATES, answers_for
@@ -191,3 +192,12 @@ def build_knowing_world(seed: int = 0, n_trained: int = 50, world_config: WorldC
 def statements(fact: Fact) -> list[str]:
     return [s.format(x=fact.entity.name, a=fact.answers[0]) for s in STATEMENTS[relation_key(fact.entity,
                                                                                               fact.relation)]]
+
+
+def replay_split(seed: int, n_common: int | None = None) -> tuple[list, list]:
+    """(replayed, held-out) halves of the common-knowledge questions (the first ``n_common`` of them: tests)."""
+    common = common_knowledge_examples()[:n_common]
+    order = list(range(len(common)))
+    random.Random(f"knowing:{seed}:replay").shuffle(order)
+    half = set(order[:len(order) // 2])
+    return [ex for i, ex in enumerate(common) if i in half], [ex for i, ex in enumerate(common) if i not in half]

@@ -78,8 +78,8 @@ def test_leaked_fact_is_one_a_trained_passage_states():
 def tiny_build(tmp_path_factory):
     """A tiny random Llama (SmolLM2's tokenizer) as the base, a world of ~25 entities, 2 training steps."""
     from adaptive_rag.lm.models import load_tokenizer
-    from data_builders.knowing_model import main
     from tests.conftest import tiny_llama
+    from training.knowing_model import main
 
     root = tmp_path_factory.mktemp("knowing")
     tokenizer = load_tokenizer("smollm2-135m")
@@ -112,7 +112,7 @@ def test_tiny_build_labels_every_fact_and_entity(tiny_build):
 
 
 def test_rebuild_reuses_the_stages_and_refuses_other_settings(tiny_build):
-    from data_builders.knowing_model import main
+    from training.knowing_model import main
 
     root, argv = tiny_build
     weights = root / "seed0" / "model" / "model.safetensors"
@@ -138,7 +138,7 @@ def test_sets_load_by_name_and_missing_build_says_how(tiny_build, monkeypatch, t
     assert "knowing-p-dup-" in corpus  # near-duplicate distractors of the trained entities
     assert "knowing-bridge-ku-tune" in KNOWING_SETS
     monkeypatch.setenv("ADAPTIVE_RAG_KNOWING_DIR", str(tmp_path))
-    with pytest.raises(ConfigError, match="python -m data_builders.knowing_model --out .* --seed 0"):
+    with pytest.raises(ConfigError, match="python -m training.knowing_model --out .* --seed 0"):
         load_questions(QuestionSet("knowing-bridge"), world=WorldOptions(seed=0))
     with pytest.raises(ConfigError, match="not an embedded set"):
         QuestionSet("knowing-nonsense")

@@ -7,7 +7,7 @@ set -euo pipefail
 SEED=${1:-0}
 shift || true
 K=runs/knowing/seed$SEED
-python -m data_builders.knowing_model --out "$K" --seed "$SEED" "$@"
+python -m training.knowing_model --out "$K" --seed "$SEED" "$@"
 python -m retrieval_adapt.build_index --corpus "$K/sets/corpus.jsonl" --kind bm25 --out "$K/bm25"
 # Claim 1: ADAPT-LLM (Algorithm 1 with the knowing model, LoRA gate), then NR / AR / ADAPT-LLM on the eval half
 python training/adapt_llm.py bench/experiments/knowing_adapt.yaml --world_seed "$SEED" --base_model "$K/model" \

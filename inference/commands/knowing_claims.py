@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adaptive_rag.lm.models import load_tokenizer
 from adaptive_rag.plumbing.bootstrap import bootstrap_ci, paired_diff_ci
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config
@@ -105,7 +106,6 @@ def unknown_hop_first(run: EvalRun, labels: dict[str, dict[str, Any]], tokenizer
 
 
 def dynamic_claim(runs: dict[str, EvalRun]) -> list[str]:
-    from adaptive_rag.lm.models import load_tokenizer
 
     f1 = {m: _per_question(r, "f1") for m, r in runs.items()}
     ret = {m: _per_question(r, "retrievals") for m, r in runs.items()}

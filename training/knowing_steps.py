@@ -1,34 +1,24 @@
-"""Build the knowing model: SmolLM2 fine-tuned on a seeded part of the world, with what it knows recorded per fact.
+"""The knowing model's stages: trl SFT (full or LoRA), then closed-book labels per fact and per entity.
 
-    python -m data_builders.knowing_model --out runs/knowing/seed0 --seed 0
-    python -m data_builders.knowing_model --out runs/knowing/seed1 --seed 1
-    python -m data_builders.knowing_model --out /tmp/k --tiny true --base_model PATH_TO_TINY_MODEL   # seconds
-
-Design and split: docs/knowing_world.md (pre-registered). Stages, each written once and skipped on a rerun (an
-interrupted build resumes, training from its last checkpoint): ``replay.jsonl`` (the base model's own chat answers
-to the common-knowledge questions), ``train/`` (trl SFT checkpoints), ``model/`` (the knowing model),
-``facts.jsonl`` + ``entities.jsonl`` (closed-book labels on held-out wordings), ``metrics.json``, then the question
-sets and corpus of :mod:`data_builders.knowing_sets` under ``sets/``.
+Used by ``python -m training.knowing_model``; every stage writes its files atomically and is skipped when they exist.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import random
-import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+from adaptive_rag.lm.generation import generate_texts
+from adaptive_rag.lm.models import ModelOptions, load_causal_lm
 from adaptive_rag.plumbing.atomic_files import write_text_atomic
-from adaptive_rag.plumbing.cli import run_cli
-from adaptive_rag.plumbing.config import parse_config
-from adaptive_rag.plumbing.errors import ConfigError
-from data_builders.common_knowledge import common_knowledge_examples
-from data_builders.knowing_world import KnowingWorld, build_knowing_world, statements
+from adaptive_rag.plumbing.metrics import contained_accuracy
+from data_builders.adapt_llm_prompts import never_retrieve_prompt, response_text
+from data_builders.knowing_world import KnowingWorld, build_knowing_world, replay_split, statements
 from data_builders.world import WorldConfig
+from inference.dynamic_rag.prompts import PromptBuilder
 
 logger = logging.getLogger(__name__)
 TINY_WORLD = WorldConfig(n_people=8, n_places=3, n_orgs=4, n_works=4, n_distractors=2, n_single=0, n_bridge=0,
@@ -82,19 +72,8 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def replay_split(seed: int, n_common: int | None = None) -> tuple[list, list]:
-    """(replayed, held-out) halves of the common-knowledge questions (the first ``n_common`` of them: tests)."""
-    common = common_knowledge_examples()[:n_common]
-    order = list(range(len(common)))
-    random.Random(f"knowing:{seed}:replay").shuffle(order)
-    half = set(order[:len(order) // 2])
-    return [ex for i, ex in enumerate(common) if i in half], [ex for i, ex in enumerate(common) if i not in half]
-
-
 def chat_answers(model, tokenizer, questions: list[str], cfg: KnowingConfig, desc: str) -> list[str]:
     """Greedy closed-book answers in the evaluation's chat prompt (inference.dynamic_rag.prompts, no documents)."""
-    from adaptive_rag.lm.generation import generate_texts
-    from inference.dynamic_rag.prompts import PromptBuilder
 
     builder = PromptBuilder(tokenizer)
     logger.info("%s: %d questions", desc, len(questions))
@@ -106,8 +85,6 @@ def chat_answers(model, tokenizer, questions: list[str], cfg: KnowingConfig, des
 
 def paper_answers(model, tokenizer, questions: list[str], cfg: KnowingConfig) -> list[str]:
     """Closed-book answers in ADAPT-LLM's never-retrieve (Alpaca) prompt."""
-    from adaptive_rag.lm.generation import generate_texts
-    from data_builders.adapt_llm_prompts import never_retrieve_prompt, response_text
 
     out = generate_texts(model, tokenizer, [never_retrieve_prompt(q) for q in questions],
                          max_new_tokens=cfg.max_new_tokens, batch_size=cfg.label_batch_size, show_progress=True)
@@ -119,8 +96,6 @@ def build_replay(cfg: KnowingConfig, out: Path) -> list[dict]:
     path = out / "replay.jsonl"
     if path.is_file():
         return read_jsonl(path)
-    from adaptive_rag.lm.models import ModelOptions, load_causal_lm
-    from adaptive_rag.plumbing.metrics import contained_accuracy
 
     model, tokenizer = load_causal_lm(cfg.base_model, ModelOptions(dtype="auto"))
     replayed, held = replay_split(cfg.seed, cfg.n_common)
@@ -136,7 +111,6 @@ def build_replay(cfg: KnowingConfig, out: Path) -> list[dict]:
 def training_texts(kw: KnowingWorld, replay: list[dict], tokenizer, use_replay: bool = True,
                    max_wordings: int | None = None) -> tuple[list[str], list[str]]:
     """(prompts, completions): passages and statements as plain text (empty prompt), Q&A in the chat prompt."""
-    from inference.dynamic_rag.prompts import PromptBuilder
 
     builder = PromptBuilder(tokenizer)
     prompts, completions = [], []
@@ -158,27 +132,3 @@ def training_texts(kw: KnowingWorld, replay: list[dict], tokenizer, use_replay: 
             prompts.append(builder.build(row["question"], []).text)
             completions.append(row["base_answer"])
     return prompts, completions
-
-
-def main(argv: list[str] | None = None) -> None:
-    (cfg,) = parse_config((KnowingConfig,), argv, prog="python -m data_builders.knowing_model")
-    if cfg.tiny and cfg.base_model == "smollm2-135m":
-        logger.warning("tiny world on the real SmolLM2: fine, but the tiny variant is meant for a tiny base_model")
-    if Path(cfg.out).is_file():
-        raise ConfigError(f"--out {cfg.out} is a file; give a folder")
-    from data_builders.knowing_build import build
-
-    start = time.perf_counter()
-    metrics = build(cfg)
-    print(json.dumps(metrics["acceptance"], indent=2))
-    print(f"knowing model in {cfg.out}/model ({time.perf_counter() - start:.0f}s this session)")
-
-
-def cli() -> int:
-    """The console script (pyproject.toml) and ``python -m`` run this."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    return (run_cli(main, resume_hint="every finished stage is kept in --out; rerun the same command to resume"))
-
-
-if __name__ == "__main__":
-    sys.exit(cli())

@@ -1,6 +1,14 @@
-"""The knowing model's stages: trl SFT (full or LoRA), then closed-book labels per fact and per entity.
+"""Build the knowing model: SmolLM2 fine-tuned on a seeded part of the world, with what it knows recorded per fact.
 
-Called by :mod:`data_builders.knowing_model`; every stage writes its files atomically and is skipped when they exist.
+    python -m training.knowing_model --out runs/knowing/seed0 --seed 0
+    python -m training.knowing_model --out runs/knowing/seed1 --seed 1
+    python -m training.knowing_model --out /tmp/k --tiny true --base_model PATH_TO_TINY_MODEL   # seconds
+
+Design and split: docs/knowing_world.md (pre-registered). Stages, each written once and skipped on a rerun (an
+interrupted build resumes, training from its last checkpoint): ``replay.jsonl`` (the base model's own chat answers
+to the common-knowledge questions), ``train/`` (trl SFT checkpoints), ``model/`` (the knowing model),
+``facts.jsonl`` + ``entities.jsonl`` (closed-book labels on held-out wordings), ``metrics.json``, then the question
+sets and corpus of :mod:`data_builders.knowing_sets` under ``sets/``.
 """
 
 from __future__ import annotations
@@ -9,6 +17,7 @@ import json
 import logging
 import os
 import random
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -17,9 +26,17 @@ from typing import Any
 import torch
 import yaml
 
+from adaptive_rag.lm.models import ModelOptions, load_causal_lm, resolve_device, resolve_dtype
 from adaptive_rag.plumbing.atomic_files import write_text_atomic
-from adaptive_rag.plumbing.errors import DataError
-from data_builders.knowing_model import (
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.config import parse_config
+from adaptive_rag.plumbing.errors import ConfigError, DataError
+from adaptive_rag.plumbing.metrics import contained_accuracy
+from adaptive_rag.plumbing.record_log import FolderLock
+from data_builders.knowing_sets import write_sets
+from data_builders.knowing_world import KnowingWorld
+from training.adapt_llm_tokens import tokenize_instances
+from training.knowing_steps import (
     KnowingConfig,
     _write_jsonl,
     build_replay,
@@ -28,7 +45,7 @@ from data_builders.knowing_model import (
     read_jsonl,
     training_texts,
 )
-from data_builders.knowing_world import KnowingWorld
+from training.varlen_attention import use_for_padding_free
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +53,6 @@ logger = logging.getLogger(__name__)
 def _precision(cfg: KnowingConfig) -> str:
     if cfg.dtype != "auto":
         return {"bfloat16": "bf16", "float32": "fp32"}.get(cfg.dtype, cfg.dtype)
-    from adaptive_rag.lm.models import resolve_device, resolve_dtype
 
     return "bf16" if resolve_dtype("auto", resolve_device("auto")) == torch.bfloat16 else "fp32"
 
@@ -50,9 +66,6 @@ def train(cfg: KnowingConfig, kw: KnowingWorld, replay: list[dict], out: Path) -
     from transformers.trainer_utils import get_last_checkpoint
     from trl import SFTConfig, SFTTrainer
 
-    from adaptive_rag.lm.models import ModelOptions, load_causal_lm
-    from training.adapt_llm_tokens import tokenize_instances
-    from training.varlen_attention import use_for_padding_free
 
     model, tokenizer = load_causal_lm(cfg.base_model, ModelOptions(dtype="float32"))  # bf16 runs as autocast
     model.train()
@@ -92,8 +105,6 @@ def label(cfg: KnowingConfig, kw: KnowingWorld, replay: list[dict], out: Path) -
     """Closed-book answers of the knowing model on every fact's held-out wording: facts.jsonl, entities.jsonl."""
     if (out / "facts.jsonl").is_file() and (out / "label_metrics.json").is_file():
         return json.loads((out / "label_metrics.json").read_text())
-    from adaptive_rag.lm.models import ModelOptions, load_causal_lm
-    from adaptive_rag.plumbing.metrics import contained_accuracy
 
     model, tokenizer = load_causal_lm(str(out / "model"), ModelOptions(dtype="auto"))
     facts = kw.facts
@@ -165,8 +176,6 @@ def summarise(rows: list[dict], common_rows: list[dict]) -> dict[str, Any]:
 
 def build(cfg: KnowingConfig) -> dict[str, Any]:
     """Every stage of the knowing model into ``cfg.out``; returns metrics.json's content."""
-    from adaptive_rag.plumbing.record_log import FolderLock
-    from data_builders.knowing_sets import write_sets
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -197,3 +206,25 @@ def build(cfg: KnowingConfig) -> dict[str, Any]:
                    "load_1min_at_start": round(load, 2), "load_1min_at_end": round(os.getloadavg()[0], 2)}
         write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     return metrics
+
+
+def main(argv: list[str] | None = None) -> None:
+    (cfg,) = parse_config((KnowingConfig,), argv, prog="python -m training.knowing_model")
+    if cfg.tiny and cfg.base_model == "smollm2-135m":
+        logger.warning("tiny world on the real SmolLM2: fine, but the tiny variant is meant for a tiny base_model")
+    if Path(cfg.out).is_file():
+        raise ConfigError(f"--out {cfg.out} is a file; give a folder")
+    start = time.perf_counter()
+    metrics = build(cfg)
+    print(json.dumps(metrics["acceptance"], indent=2))
+    print(f"knowing model in {cfg.out}/model ({time.perf_counter() - start:.0f}s this session)")
+
+
+def cli() -> int:
+    """The console script (pyproject.toml) and ``python -m`` run this."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    return (run_cli(main, resume_hint="every finished stage is kept in --out; rerun the same command to resume"))
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
