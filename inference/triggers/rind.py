@@ -48,7 +48,9 @@ def _event(view: RoundView, cfg, start: int) -> Event | None:
         return None if first is None else Event(first.tokens[0], first.score, keep_before(view, first.tokens[0], cfg),
                                                 hits=[first.tokens])
     # The reference: H·a above θ fires, stopword or not; the hits are every such word of that sentence, and the
-    # content-word filter only chooses which of them QFS reads.
+    # content-word filter only chooses which of them QFS reads. A unit of punctuation or white space alone never
+    # fires: the reference's words carry their punctuation, so it has no such unit to fire on.
+    words = [w for w in words if signals.has_text(w.word)]
     first = next((w for w in words if w.unfiltered_score > cfg.theta), None)
     if first is None:
         return None
