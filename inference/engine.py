@@ -20,6 +20,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from inference import dragin_eval
 from inference.core.decoder import BatchDecoder, Sequence, shared_head_ids, stop_token_ids
 from inference.core.records import Passage, PredictionRecord, QAExample, RetrievalRecord
 from inference.core.retriever import Retriever
@@ -70,6 +71,7 @@ class QuestionState:
     signals: list[dict[str, Any]] = field(default_factory=list)
     after_retrieval: bool = False  # the next round follows a retrieval a trigger fired
     docs_round: bool = False  # this round only writes the sentence the documents are for (docs_scope next_sentence)
+    regenerating: bool = False  # the round forces an answer after " So the answer is" (answer_extraction dragin)
 
     def record(self, *, output_tokens: int, batch_mean_seconds: float) -> PredictionRecord:
         """The finished question's prediction record; ``output_tokens``: tokens of its output; ``batch_mean_seconds``:
@@ -105,7 +107,12 @@ class DynamicRAGEngine:
         prompt = self.prompts.build(state.example.question, state.docs, state.prior)
         ids, offsets = prompt_ids(self.tokenizer, prompt.text, offsets=True)
         eligible = qfs_eligible(offsets, prompt.question_span, prompt.prior_start)
-        budget = max(1, self.cfg.max_new_tokens - len(self.tokenizer.encode(state.prior, add_special_tokens=False)))
+        if state.regenerating:
+            budget = dragin_eval.REGENERATE_TOKENS
+        elif self.method.round_budget == "per_round":  # the authors' loop: every round may write the full length
+            budget = self.cfg.max_new_tokens
+        else:
+            budget = max(1, self.cfg.max_new_tokens - self._tokens(state.prior))
         seq = Sequence(key=state, prompt_ids=ids, max_new_tokens=budget)
         state.seq, state.prompt_ids, state.rounds = seq, ids, state.rounds + 1
         state.docs_round = state.after_retrieval and bool(state.docs) and self.method.docs_for_next_sentence_only
@@ -114,34 +121,63 @@ class DynamicRAGEngine:
         state.after_retrieval = False
         return seq
 
+    def _tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _answer_done(self, st: QuestionState) -> bool:
+        """``round_budget: per_round``: the authors' loop starts no new round once the answer is longer than the
+        budget or holds "the answer is" (case-sensitive); the sentence a retrieval's documents are for is still
+        written (the check follows it there)."""
+        if self.method.round_budget != "per_round" or st.regenerating or not st.prior:
+            return False
+        if st.after_retrieval and st.docs and self.method.docs_for_next_sentence_only:
+            return False
+        return dragin_eval.MARKER in st.prior or self._tokens(st.prior) > self.cfg.max_new_tokens
+
     # -- main loop ----------------------------------------------------------------------------------------
     def run(self, examples: list[QAExample], *, show_progress: bool = True) -> list[PredictionRecord]:
         states = [QuestionState(ex) for ex in examples]
-        waiting: deque[QuestionState] = deque()
-        to_retrieve: list[tuple[QuestionState, str, Event | None, int]] = []
-        for st in states:
-            if self.method.retrieves_first and self.method.max_rounds > 0:
-                to_retrieve.append((st, st.example.question, None, 0))
-            else:
-                waiting.append(st)
         bar = tqdm(total=len(states), desc=self.method.method, disable=not show_progress, unit="q")
         start = time.perf_counter()
-        while waiting or to_retrieve or self.decoder.active:
-            if to_retrieve:
-                waiting.extend(self._retrieve(to_retrieve))
-                to_retrieve = []
-            room = self.cfg.batch_size - len(self.decoder.active)
-            if waiting and room > 0:
-                self.decoder.admit([self._start_round(waiting.popleft()) for _ in range(min(room, len(waiting)))])
-            else:
-                self.decoder.step()
-            finished, leaving = self._inspect(to_retrieve, waiting)
-            self.decoder.remove(finished + leaving)
-            bar.update(len(finished))
+        self._drive(states, bar)
+        if self.method.answer_extraction == "dragin":  # eval.py's regenerate_answer, batched like any round
+            again = [st for st in states if dragin_eval.needs_regeneration(st.output or "")]
+            for st in again:
+                # from the answer as generated (its leading space too), not the stripped output
+                st.prior, st.docs, st.regenerating = dragin_eval.regeneration_prefix(st.prior), [], True
+                st.after_retrieval = False
+            self._drive(again, None)
         bar.close()
         per_question = (time.perf_counter() - start) / max(1, len(states))  # batch wall time shared evenly
         return [st.record(output_tokens=len(self.tokenizer.encode(st.output or "", add_special_tokens=False)),
                           batch_mean_seconds=per_question) for st in states]
+
+    def _drive(self, states: list[QuestionState], bar) -> None:
+        """Decode ``states`` to the end (retrievals included); ``bar`` counts the finished questions."""
+        waiting: deque[QuestionState] = deque()
+        to_retrieve: list[tuple[QuestionState, str, Event | None, int]] = []
+        for st in states:
+            if self.method.retrieves_first and self.method.max_rounds > 0 and not st.regenerating:
+                to_retrieve.append((st, st.example.question, None, 0))
+            else:
+                waiting.append(st)
+        while waiting or to_retrieve or self.decoder.active:
+            if to_retrieve:
+                waiting.extend(self._retrieve(to_retrieve))
+                to_retrieve = []
+            done = [st for st in waiting if self._answer_done(st)]
+            for st in done:
+                waiting.remove(st)
+                st.output = st.prior.strip()
+            room = self.cfg.batch_size - len(self.decoder.active)
+            if waiting and room > 0:
+                self.decoder.admit([self._start_round(waiting.popleft()) for _ in range(min(room, len(waiting)))])
+            elif self.decoder.active:
+                self.decoder.step()
+            finished, leaving = self._inspect(to_retrieve, waiting)
+            self.decoder.remove(finished + leaving)
+            if bar is not None:
+                bar.update(len(finished) + len(done))
 
     def _inspect(self, to_retrieve, waiting) -> tuple[list[Sequence], list[Sequence]]:
         """After a step: sync each sequence's view, finish the done ones, pull out those whose trigger fired, and
@@ -168,7 +204,9 @@ class DynamicRAGEngine:
                 self._end_docs_round(st, seq, final, finished, leaving, waiting)
                 continue
             event = None
-            if len(st.retrievals) < self.method.max_rounds:
+            if st.regenerating:
+                final = seq.done or stop is not None  # eval.py generates its 20 tokens to the end, then cuts
+            elif len(st.retrievals) < self.method.max_rounds:
                 event = check_trigger(view, self.method, sentence_end=sentence_end, final=final)
             if event is not None:
                 query = form_query(view, event, self.method)
@@ -197,9 +235,12 @@ class DynamicRAGEngine:
         waiting.append(st)
 
     def _finish(self, st: QuestionState, seq: Sequence, view: RoundView) -> None:
+        prefix = st.prior
         self._keep_signals(st, view, len(view.pieces), None, None)
         self._close_round(st, seq, keep=len(view.pieces))
         st.output = st.prior.strip()
+        if st.regenerating:
+            st.output = dragin_eval.finish_regenerated(prefix, st.prior[len(prefix):]).strip()
 
     def _answer_complete(self, st: QuestionState, text: str, sentence_end: bool) -> bool:
         return self.cfg.stop_after_answer and sentence_end and bool(ANSWER_MARKER.search(st.prior + text))

@@ -42,6 +42,7 @@ from inference.core.record_log import RecordLog, check_same_settings
 from inference.core.records import PredictionRecord, QAExample
 from inference.core.scoring import summarise
 from inference.core.wandb_logging import check_report_to, log_run
+from inference.dragin_eval import dataset_kind
 from inference.engine import DynamicRAGEngine, EngineConfig
 from inference.eval_checks import check_device, check_index_folder, check_model_name, check_output_dir
 from inference.eval_folder import SingleProcess, locked_output, read_done, read_done_everywhere
@@ -54,7 +55,7 @@ from inference.gate_eval import (
     resolved_method,
 )
 from inference.iter_retgen import IterRetGen, IterRetGenConfig, LMGenerator, iter_retgen_depth
-from inference.methods import MethodConfig
+from inference.methods import PRESETS, MethodConfig
 from inference.prompts import PromptBuilder, PromptConfig
 
 DEFAULT_OUTPUT_ROOT = "runs/eval"
@@ -282,7 +283,7 @@ def write_metrics(out: Path, examples: list[QAExample], cfg: EvalConfig, method:
                   gate: GateMethodConfig) -> dict[str, Any]:
     wanted = {e.id for e in examples}
     records = [r for i, r in read_done(out).items() if i in wanted]
-    metrics = summarise(records, normalisation=cfg.answer_normalisation)
+    metrics = summarise(records, normalisation=cfg.answer_normalisation, **scoring_mode(method, cfg.dataset))
     metrics.update({"method": method.method, "model": cfg.model, "dataset": cfg.dataset})
     if method.method in GATE_METHODS:
         metrics["gate_inner"] = gate.gate_inner
@@ -292,6 +293,14 @@ def write_metrics(out: Path, examples: list[QAExample], cfg: EvalConfig, method:
             config=yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8")), metrics=metrics,
             records=[r.to_dict() for r in records])
     return metrics
+
+
+def scoring_mode(method: MethodConfig, dataset: str) -> dict[str, Any]:
+    """How answers are extracted: the engine methods' ``answer_extraction`` (DRAGIN's eval.py under the reference
+    profile, with the rule of the dataset the name says), the project's for Iter-RetGen and the gate methods."""
+    if PRESETS[method.method].runner != "engine" or method.answer_extraction != "dragin":
+        return {"extraction": "project"}
+    return {"extraction": "dragin", "dataset_kind": dataset_kind(dataset)}
 
 
 def main(argv: list[str] | None = None) -> None:

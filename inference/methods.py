@@ -97,10 +97,12 @@ PRESETS: dict[str, Preset] = {
 PROFILES: dict[str, dict[str, object]] = {
     "paper": {"rind_attention": "paper", "rind_normalisation": "paper", "content_filter": "score",
               "rind_scope": "sentence", "docs_scope": "until_replaced", "qfs_attention": "paper",
-              "fixed_question_first": False, "max_rounds": 5},
+              "fixed_question_first": False, "max_rounds": 5, "answer_extraction": "project",
+              "round_budget": "remaining"},
     "reference": {"rind_attention": "reference", "rind_normalisation": "reference", "content_filter": "after_threshold",
                   "rind_scope": "round", "docs_scope": "next_sentence", "qfs_attention": "reference",
-                  "fixed_question_first": True, "max_rounds": 20},
+                  "fixed_question_first": True, "max_rounds": 20, "answer_extraction": "dragin",
+                  "round_budget": "per_round"},
 }
 
 
@@ -121,6 +123,14 @@ class SharedSettings:
     keep_sentence_after_retrieval: bool = True  # the progress guarantee (module docstring)
     truncation: Truncation = "sentence"  # reference: cut at the start of the sentence holding the trigger
     query_max_words: int = 64  # BM25 query cut to its last 64 words (reference: 64 tokens)
+    # project: the last "the answer is"/"Answer:" marker (inference.core.metrics.extract_answer); dragin: the authors'
+    # eval.py (cut at "Question:"/"Note:", 20 tokens forced after " So the answer is" when it is missing, the first
+    # marker; inference.dragin_eval). None: the profile's (paper: project, reference: dragin)
+    answer_extraction: Literal["project", "dragin"] | None = None
+    # remaining: a round may generate max_new_tokens minus the answer so far; per_round: every round the full
+    # max_new_tokens, and no new round once the answer exceeds it or holds "the answer is" (the authors' loop).
+    # None: the profile's (paper: remaining, reference: per_round)
+    round_budget: Literal["remaining", "per_round"] | None = None
     iterations: int = 2  # Iter-RetGen's T
 
 

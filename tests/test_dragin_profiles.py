@@ -5,6 +5,7 @@ one-question-at-a-time replay making the engine's decisions."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,9 @@ def test_evaluate_records_the_profile_and_its_values(tmp_path, monkeypatch):
     assert saved["dragin_profile"] == "reference" and saved["qfs_top_n"] == 25  # the reference's 2Wiki value
     assert (saved["rind_attention"], saved["content_filter"], saved["docs_scope"], saved["max_rounds"]) == (
         "reference", "after_threshold", "next_sentence", 20)
+    assert (saved["answer_extraction"], saved["round_budget"]) == ("dragin", "per_round")
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["answer_extraction"] == "dragin" and metrics["em"] == 1.0
 
 
 def load_bench_reference():
@@ -105,7 +109,9 @@ def load_bench_reference():
 
 @pytest.mark.parametrize("profile", ["paper", "reference"])
 def test_bench_replay_makes_the_engines_decisions(profile, smol_tokenizer, fake_retriever):
-    method = MethodConfig(method="dragin", dragin_profile=profile, theta=0.0, max_rounds=3)
+    # the replay reproduces the trigger and query decisions, not eval.py's forced answer or the per-round budget
+    method = MethodConfig(method="dragin", dragin_profile=profile, theta=0.0, max_rounds=3, answer_extraction="project",
+                          round_budget="remaining")
     record, _ = run(smol_tokenizer, method, fake_retriever, max_new_tokens=20)
     queries, fake_retriever.queries[:] = list(fake_retriever.queries), []
     prompts = PromptBuilder(smol_tokenizer, PromptConfig(prompt_style="paper", num_demos=1))
