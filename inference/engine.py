@@ -25,6 +25,7 @@ from inference.core.decoder import BatchDecoder, Sequence, shared_head_ids, stop
 from inference.core.records import Passage, PredictionRecord, QAExample, RetrievalRecord
 from inference.core.retriever import Retriever
 from inference.core.tokenization import prompt_ids
+from inference.dragin_settings import DEFAULT_MAX_NEW_TOKENS
 from inference.methods import MethodConfig
 from inference.prompts import PromptBuilder
 from inference.queries import form_query
@@ -39,7 +40,9 @@ ANSWER_MARKER = re.compile(r"the answer is", re.IGNORECASE)
 @dataclass
 class EngineConfig:
     batch_size: int = 16  # questions decoding together
-    max_new_tokens: int = 100  # answer length budget (DRAGIN: HotpotQA 100, 2Wiki 64, IIRC 128)
+    # answer length budget; None: the profile's (paper 100; reference the authors' config: HotpotQA 100, 2Wiki 64,
+    # IIRC 128, StrategyQA 100; inference/dragin_settings.py)
+    max_new_tokens: int | None = None
     stop_after_answer: bool = True  # stop once "the answer is ..." sentence is complete (FS/FL-RAG need it)
     head_reduce: str = "mean"  # attention heads: mean (paper) or max
     keep_signals: bool = False  # store per-word RIND signals of every round in the record (for the trace view)
@@ -50,7 +53,7 @@ class EngineConfig:
     packed_linears: bool = True
 
     def __post_init__(self):
-        if self.batch_size <= 0 or self.max_new_tokens <= 0:
+        if self.batch_size <= 0 or (self.max_new_tokens is not None and self.max_new_tokens <= 0):
             raise ValueError("batch_size and max_new_tokens must be positive")
 
 
@@ -90,6 +93,7 @@ class DynamicRAGEngine:
                  method: MethodConfig, cfg: EngineConfig | None = None):
         self.model, self.tokenizer, self.retriever = model, tokenizer, retriever
         self.prompts, self.method, self.cfg = prompts, method, cfg or EngineConfig()
+        self.max_new_tokens = self.cfg.max_new_tokens or DEFAULT_MAX_NEW_TOKENS  # the evaluate command resolves it
         if method.retrieves and retriever is None:
             raise ValueError(f"method '{method.method}' retrieves but no retriever was given")
         self.method = method = method.resolved(getattr(prompts.cfg, "demos", None))
@@ -110,9 +114,9 @@ class DynamicRAGEngine:
         if state.regenerating:
             budget = dragin_eval.REGENERATE_TOKENS
         elif self.method.round_budget == "per_round":  # the authors' loop: every round may write the full length
-            budget = self.cfg.max_new_tokens
+            budget = self.max_new_tokens
         else:
-            budget = max(1, self.cfg.max_new_tokens - self._tokens(state.prior))
+            budget = max(1, self.max_new_tokens - self._tokens(state.prior))
         seq = Sequence(key=state, prompt_ids=ids, max_new_tokens=budget)
         state.seq, state.prompt_ids, state.rounds = seq, ids, state.rounds + 1
         state.docs_round = state.after_retrieval and bool(state.docs) and self.method.docs_for_next_sentence_only
@@ -132,7 +136,7 @@ class DynamicRAGEngine:
             return False
         if st.after_retrieval and st.docs and self.method.docs_for_next_sentence_only:
             return False
-        return dragin_eval.MARKER in st.prior or self._tokens(st.prior) > self.cfg.max_new_tokens
+        return dragin_eval.MARKER in st.prior or self._tokens(st.prior) > self.max_new_tokens
 
     # -- main loop ----------------------------------------------------------------------------------------
     def run(self, examples: list[QAExample], *, show_progress: bool = True) -> list[PredictionRecord]:

@@ -43,6 +43,7 @@ from inference.core.records import PredictionRecord, QAExample
 from inference.core.scoring import summarise
 from inference.core.wandb_logging import check_report_to, log_run
 from inference.dragin_eval import dataset_kind
+from inference.dragin_settings import DEFAULT_MAX_NEW_TOKENS, resolve_run
 from inference.engine import DynamicRAGEngine, EngineConfig
 from inference.eval_checks import check_device, check_index_folder, check_model_name, check_output_dir
 from inference.eval_folder import SingleProcess, locked_output, read_done, read_done_everywhere
@@ -165,7 +166,8 @@ def method_runner(model, tokenizer, retriever, method: MethodConfig, prompt: Pro
 def iter_retgen_runner(model, tokenizer, retriever, method: MethodConfig, prompt: PromptConfig,
                        engine: EngineConfig):
     """Iter-RetGen behind the same record type as the engine's methods (one retrieval per iteration)."""
-    generator = LMGenerator(model, tokenizer, max_new_tokens=engine.max_new_tokens, batch_size=engine.batch_size)
+    generator = LMGenerator(model, tokenizer, max_new_tokens=engine.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
+                            batch_size=engine.batch_size)
     loop = IterRetGen(retriever, generator, IterRetGenConfig(iterations=method.iterations,
                                                              top_k=iter_retgen_depth(method.top_k),
                                                              prompt_style=prompt.prompt_style))
@@ -212,7 +214,8 @@ def evaluate(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine
     state = PartialState(cpu=not torch.cuda.is_available())
     gate = gate or GateMethodConfig()
     # the method's own depth and dataset-dependent profile values, recorded in config.yaml
-    method = resolved_method(method, gate, cfg.dataset, prompt.demos)
+    method = resolved_method(method, gate, cfg.dataset, prompt.demos, model=cfg.model)
+    prompt, engine = resolve_run(method, prompt, engine, cfg.dataset, prompt.demos)
     cfg = resolve_output_dir(cfg, method)
     examples = check_inputs(cfg, method, gate)
     return evaluate_examples(examples, cfg, method, prompt, engine, gate,

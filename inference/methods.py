@@ -62,6 +62,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from inference.core.config import field_comments
+from inference.dragin_settings import reference_config_for, row_for
 from inference.queries import QUERIES
 from inference.triggers import TRIGGERS
 
@@ -132,6 +133,9 @@ class SharedSettings:
     # None: the profile's (paper: remaining, reference: per_round)
     round_budget: Literal["remaining", "per_round"] | None = None
     iterations: int = 2  # Iter-RetGen's T
+    # which of the authors' model configs gives the reference profile's θ, top-n, length and demo count
+    # (inference/dragin_settings.py). None: read from the model's name (13b, vicuna; else Llama2-7b-chat)
+    reference_config: Literal["Llama2-7b-chat", "Llama2-13b-chat", "Vicuna-13b-v1.5"] | None = None
 
 
 class MethodLogic:
@@ -192,10 +196,18 @@ class MethodLogic:
         """What the decoder must capture for this method's trigger and query former."""
         return TRIGGERS.get(self.trigger).needs(self, head_reduce) | QUERIES.get(self.query).needs(self, head_reduce)
 
-    def resolved(self, *dataset_hints: str | None):
-        """This config with what depends on the run filled: ``top_k`` (the method's own when unset) and the query
-        former's dataset-dependent knobs (QFS's ``qfs_top_n``: paper 25, reference by dataset)."""
+    def resolved(self, *dataset_hints: str | None, model: str | None = None):
+        """This config with what depends on the run filled: ``top_k`` (the method's own when unset), the query
+        former's own, and the profile's row for the model and dataset (inference/dragin_settings.py): θ and
+        ``qfs_top_n`` (paper 0.8 and 25; reference the authors' config) and, under reference, ``reference_config``."""
         filled: dict[str, Any] = {} if self.top_k is not None else {"top_k": PRESETS[self.method].top_k}
+        config = self.reference_config
+        if self.dragin_profile == "reference" and config is None:
+            config = filled["reference_config"] = reference_config_for(model)
+        row = row_for(self.dragin_profile, config, *dataset_hints)
+        for name in ("theta", "qfs_top_n"):
+            if getattr(self, name) is None:
+                filled[name] = getattr(row, name)
         filled.update(QUERIES.get(self.query).resolve(self, dataset_hints))
         return replace(self, **filled) if filled else self
 
