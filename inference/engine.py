@@ -24,6 +24,7 @@ from inference import dragin_eval
 from inference.core.decoder import BatchDecoder, Sequence, shared_head_ids, stop_token_ids
 from inference.core.records import Passage, PredictionRecord, QAExample, RetrievalRecord
 from inference.core.retriever import Retriever
+from inference.core.sampling import Sampler
 from inference.core.tokenization import prompt_ids
 from inference.dragin_settings import DEFAULT_MAX_NEW_TOKENS
 from inference.methods import MethodConfig
@@ -103,6 +104,8 @@ class DynamicRAGEngine:
                                     reduce="none" if "attention_per_head" in needs else self.cfg.head_reduce,
                                     capture="attention" in needs, stop_token_ids=stop_token_ids(tokenizer),
                                     max_batch=self.cfg.batch_size, packed_linears=self.cfg.packed_linears)
+        if method.sampling == "checkpoint":
+            self.decoder.sampler = Sampler.from_checkpoint(model, method.sampling_seed)
         if self.cfg.shared_head:
             self.decoder.set_shared_prefix(shared_head_ids(tokenizer, prompts.head_probes()))
 

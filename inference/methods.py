@@ -133,6 +133,10 @@ class SharedSettings:
     # None: the profile's (paper: remaining, reference: per_round)
     round_budget: Literal["remaining", "per_round"] | None = None
     iterations: int = 2  # Iter-RetGen's T
+    # greedy; or checkpoint: sample as the model's generation_config.json says (the authors' generate calls never
+    # pass do_sample=False: Llama-2 chat samples at T 0.6, top-p 0.9), seeded; entropies then of the processed scores
+    sampling: Literal["greedy", "checkpoint"] = "greedy"
+    sampling_seed: int = 0
     # which of the authors' model configs gives the reference profile's θ, top-n, length and demo count
     # (inference/dragin_settings.py). None: read from the model's name (13b, vicuna; else Llama2-7b-chat)
     reference_config: Literal["Llama2-7b-chat", "Llama2-13b-chat", "Vicuna-13b-v1.5"] | None = None

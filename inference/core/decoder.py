@@ -31,6 +31,7 @@ from inference.core.attention_capture import CaptureBuffer, HeadReduce, install_
 from inference.core.batch_cache import KV, compact, join, keep_columns, layers
 from inference.core.packed_linear import linear_packing
 from inference.core.profiling import Profile
+from inference.core.sampling import Sampler
 from inference.core.tokenization import prompt_ids
 
 
@@ -99,6 +100,7 @@ class BatchDecoder:
         self.watch_token_ids = tuple(watch_token_ids)  # their first-step probabilities go to Sequence.first_probs
         self.profile: Profile | None = None  # attach one to time prefill, decode steps and cache reshuffles
         self.prefix_ids: list[int] = []
+        self.sampler: Sampler | None = None  # None: greedy; else seeded sampling (inference.core.sampling)
         self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer, batch 1
         if shared_prefix_ids:
             self.set_shared_prefix(shared_prefix_ids)
@@ -168,6 +170,12 @@ class BatchDecoder:
             self._drop_unused_columns()
 
     # -- model calls -------------------------------------------------------------------------------------
+    def _choose(self, logits: torch.Tensor, logp: torch.Tensor | None = None):
+        """Next token, its probability and the entropy, greedy or by ``self.sampler``: (B, V) -> three (B,)."""
+        if self.sampler is not None:
+            return self.sampler.choose(logits)
+        return _choice_from_logp(torch.log_softmax(logits.float(), dim=-1) if logp is None else logp)
+
     def _record_choice(self, seq: Sequence, token: int, prob: float, entropy: float) -> None:
         if token in self.stop_token_ids:
             seq.done, seq.hit_eos = True, True
@@ -213,7 +221,7 @@ class BatchDecoder:
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
                              use_cache=True, logits_to_keep=1)
             logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # once: the choice and the watched tokens
-            token, prob, entropy = _choice_from_logp(logp)
+            token, prob, entropy = self._choose(out.logits[:, -1], logp)
             watched = logp[:, list(self.watch_token_ids)].exp().tolist() if self.watch_token_ids else None
             # the last prompt position's row: it chose the first token (a one-token input took the decode path)
             prefill_rows = self.buffer.row.float().cpu() if self.buffer is not None else None
@@ -245,7 +253,7 @@ class BatchDecoder:
         with self._timed("decode"), self.linears:
             out = self.model(input_ids=self.pending[:, None], attention_mask=mask, position_ids=positions,
                              cache=self.cache, use_cache=True)
-            token, prob, entropy = _entropy_and_choice(out.logits[:, -1])
+            token, prob, entropy = self._choose(out.logits[:, -1])
             rows = self.buffer.row.float().cpu() if self.buffer is not None else None
         self.forward_passes += 1
         self.mask = mask
