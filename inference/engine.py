@@ -21,6 +21,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from inference import dragin_eval
+from inference.authors_pass import authors_token_attention, last_layer_attention
 from inference.core.decoder import BatchDecoder, Sequence, shared_head_ids, stop_token_ids
 from inference.core.records import Passage, PredictionRecord, QAExample, RetrievalRecord
 from inference.core.retriever import Retriever
@@ -190,23 +191,12 @@ class DynamicRAGEngine:
         """After a step: sync each sequence's view, finish the done ones, pull out those whose trigger fired, and
         send back to the queue the rounds that only had to write the sentence their documents were for."""
         finished, leaving = [], []
-        for seq in list(self.decoder.seqs):
+        synced = [self._sync(seq) for seq in list(self.decoder.seqs)]
+        if self.method.attention_pass == "authors":
+            self._authors_pass(synced)
+        for seq, stop, sentence_end, final in synced:
             st: QuestionState = seq.key
             view = st.view
-            n_fed = len(seq.rows) if self.decoder.buffer is not None else max(0, len(seq.gen_ids) - 1)
-            if seq.done:
-                n_fed = len(seq.gen_ids)
-            nxt = "" if seq.done else self.text.piece(seq.gen_ids[-1]) if len(seq.gen_ids) > n_fed else ""
-            if n_fed > len(view.pieces):  # the round's text grows by the tokens fed since the last step
-                view.extend(self.text.pieces(seq.gen_ids[len(view.pieces):n_fed]))
-            stop = self.prompts.stop_index(view.text)
-            if stop is not None:  # the model began a new few-shot "Question:": the answer ended before it
-                n_fed, nxt = _tokens_before(view.pieces, stop), ""
-                view.truncate(n_fed)
-            view.prompt_row = seq.prompt_row
-            view.probs, view.entropies, view.rows = seq.probs[:n_fed], seq.entropies[:n_fed], seq.rows[:n_fed]
-            sentence_end = ends_sentence(view.text, nxt) if view.pieces else False
-            final = seq.done or stop is not None or self._answer_complete(st, view.text, sentence_end)
             if st.docs_round and (sentence_end or final):
                 self._end_docs_round(st, seq, final, finished, leaving, waiting)
                 continue
@@ -228,6 +218,41 @@ class DynamicRAGEngine:
             elif sentence_end:
                 view.checked = len(view.pieces)
         return finished, leaving
+
+    def _authors_pass(self, synced) -> None:
+        """One batched pass over the generated text of every round that RIND judges now (its sentence ended, or the
+        round did): the attention DRAGIN's reference code reads (inference/authors_pass.py)."""
+        sentences = self.method.rind_scope != "round"  # the round scope judges a round once, at its end
+        judged = [seq for seq, _, sentence_end, final in synced
+                  if (final or (sentence_end and sentences)) and seq.key.view.pieces and not seq.key.docs_round
+                  and not seq.key.regenerating and len(seq.key.retrievals) < self.method.max_rounds]
+        if not judged:
+            return
+        weights = last_layer_attention(self.decoder, [seq.gen_ids[:len(seq.key.view.pieces)] for seq in judged])
+        for seq, w in zip(judged, weights):
+            seq.key.view.authors_attention = authors_token_attention(w, self.method.rind_attention,
+                                                                     self.cfg.head_reduce)
+
+    def _sync(self, seq: Sequence) -> tuple[Sequence, int | None, bool, bool]:
+        """Bring the sequence's view up to the tokens fed so far; returns (seq, stop, sentence_end, final)."""
+        st: QuestionState = seq.key
+        view = st.view
+        n_fed = len(seq.rows) if self.decoder.buffer is not None else max(0, len(seq.gen_ids) - 1)
+        if seq.done:
+            n_fed = len(seq.gen_ids)
+        nxt = "" if seq.done else self.text.piece(seq.gen_ids[-1]) if len(seq.gen_ids) > n_fed else ""
+        if n_fed > len(view.pieces):  # the round's text grows by the tokens fed since the last step
+            view.extend(self.text.pieces(seq.gen_ids[len(view.pieces):n_fed]))
+        stop = self.prompts.stop_index(view.text)
+        if stop is not None:  # the model began a new few-shot "Question:": the answer ended before it
+            n_fed, nxt = _tokens_before(view.pieces, stop), ""
+            view.truncate(n_fed)
+        view.prompt_row = seq.prompt_row
+        view.probs, view.entropies, view.rows = seq.probs[:n_fed], seq.entropies[:n_fed], seq.rows[:n_fed]
+        view.authors_attention = None  # a pass over fewer tokens is stale
+        sentence_end = ends_sentence(view.text, nxt) if view.pieces else False
+        final = seq.done or stop is not None or self._answer_complete(st, view.text, sentence_end)
+        return seq, stop, sentence_end, final
 
     def _end_docs_round(self, st: QuestionState, seq: Sequence, final: bool, finished, leaving, waiting) -> None:
         """The sentence the documents were retrieved for is written: keep it unchecked; go on without them."""

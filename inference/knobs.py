@@ -46,6 +46,7 @@ METHOD_KNOB_RULES: dict[str, Callable[[dict], bool]] = {
     "dragin_profile": lambda m: m["method"] in ENGINE_METHODS,
     "answer_extraction": lambda m: m["method"] in ENGINE_METHODS,
     "round_budget": _triggered,
+    "attention_pass": lambda m: m["trigger"] == "rind",
     "sampling": lambda m: m["method"] in ENGINE_METHODS,
     "sampling_seed": lambda m: m["method"] in ENGINE_METHODS and m.get("sampling") == "checkpoint",
     "reference_config": lambda m: m["method"] in ENGINE_METHODS and m.get("dragin_profile") == "reference",

@@ -99,12 +99,18 @@ PROFILES: dict[str, dict[str, object]] = {
     "paper": {"rind_attention": "paper", "rind_normalisation": "paper", "content_filter": "score",
               "rind_scope": "sentence", "docs_scope": "until_replaced", "qfs_attention": "paper",
               "fixed_question_first": False, "max_rounds": 5, "answer_extraction": "project",
-              "round_budget": "remaining"},
+              "round_budget": "remaining", "truncation": "token"},
     "reference": {"rind_attention": "reference", "rind_normalisation": "reference", "content_filter": "after_threshold",
                   "rind_scope": "round", "docs_scope": "next_sentence", "qfs_attention": "reference",
                   "fixed_question_first": True, "max_rounds": 20, "answer_extraction": "dragin",
-                  "round_budget": "per_round"},
+                  "round_budget": "per_round", "truncation": "sentence"},
 }
+
+
+# Profile settings that are DRAGIN's alone; other triggers keep these. Documents for one sentence are the authors'
+# AttnWeightRAG's: FLARE accepts its regenerated sentence and goes on with the documents (their TokenRAG keeps its
+# whole regeneration). FLARE regenerates the tentative sentence, so it always cuts at the sentence start.
+NOT_DRAGIN: dict[str, object] = {"docs_scope": "until_replaced", "truncation": "sentence"}
 
 
 @dataclass
@@ -122,7 +128,9 @@ class SharedSettings:
     docs_scope: Literal["until_replaced", "next_sentence"] | None = None  # for retrievals a trigger fired
     fixed_question_first: bool | None = None  # FL-RAG / FS-RAG retrieve with the question before generating
     keep_sentence_after_retrieval: bool = True  # the progress guarantee (module docstring)
-    truncation: Truncation = "sentence"  # reference: cut at the start of the sentence holding the trigger
+    # None: the profile's (paper: token, cut before the triggering word; reference: sentence, cut at the start of
+    # the sentence holding it); none keeps the whole round
+    truncation: Truncation | None = None
     query_max_words: int = 64  # BM25 query cut to its last 64 words (reference: 64 tokens)
     # project: the last "the answer is"/"Answer:" marker (inference.core.metrics.extract_answer); dragin: the authors'
     # eval.py (cut at "Question:"/"Note:", 20 tokens forced after " So the answer is" when it is missing, the first
@@ -137,6 +145,9 @@ class SharedSettings:
     # pass do_sample=False: Llama-2 chat samples at T 0.6, top-p 0.9), seeded; entropies then of the processed scores
     sampling: Literal["greedy", "checkpoint"] = "greedy"
     sampling_seed: int = 0
+    # where RIND's attention comes from: in_flight (rows captured during generation, over prompt + text) or authors
+    # (DRAGIN's second pass over the round's generated text alone; inference/authors_pass.py)
+    attention_pass: Literal["in_flight", "authors"] = "in_flight"
     # which of the authors' model configs gives the reference profile's θ, top-n, length and demo count
     # (inference/dragin_settings.py). None: read from the model's name (13b, vicuna; else Llama2-7b-chat)
     reference_config: Literal["Llama2-7b-chat", "Llama2-13b-chat", "Vicuna-13b-v1.5"] | None = None
@@ -158,6 +169,8 @@ class MethodLogic:
             raise ValueError(f"dragin_profile must be one of {', '.join(PROFILES)}, got '{self.dragin_profile}'")
         for name, value in PROFILES[self.dragin_profile].items():
             if getattr(self, name, None) is None:
+                if name in NOT_DRAGIN and self.trigger != "rind":
+                    value = NOT_DRAGIN[name]
                 setattr(self, name, value)
         if (self.top_k is not None and self.top_k <= 0) or self.max_rounds < 0:
             raise ValueError("top_k must be positive; max_rounds non-negative")

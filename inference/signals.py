@@ -231,7 +231,10 @@ def round_word_signals(view, cfg) -> list[WordScore]:
     attention per ``cfg.rind_attention``, renormalised per ``cfg.rind_normalisation``, words aggregated per
     ``cfg.entropy_agg`` / ``cfg.attention_agg``. The RIND trigger decides from them; the trace view shows them."""
     n, prompt_len = len(view.pieces), len(view.prompt_pieces)
-    if not view.rows:
+    authors = getattr(view, "authors_attention", None)
+    if getattr(cfg, "attention_pass", "in_flight") == "authors" and authors is not None and len(authors) >= n:
+        attention = authors[:n]  # the reference's second pass over the generated text (inference/authors_pass.py)
+    elif not view.rows:
         attention = torch.zeros(n)
     elif cfg.rind_attention == "reference":
         if view.rows[0].dim() != 2:

@@ -25,6 +25,7 @@ from inference.core.generation import Prompt, render_prompt
 from inference.core.models import ModelOptions, load_causal_lm, resolve_device, resolve_model
 from inference.core.progress import bar_options
 from inference.core.records import Passage
+from inference.core.tokenization import batch_prompt_ids
 
 LLMScore = Literal["answer_logprob", "yes_logprob"]
 
@@ -168,7 +169,8 @@ class LLMReranker(Reranker):
     @torch.no_grad()
     def _score_pairs(self, pairs: list[tuple[RerankItem, Passage]]) -> list[float]:
         tok = self.tokenizer
-        prompts = [tok(self.prompt(item, p), add_special_tokens=False)["input_ids"] for item, p in pairs]
+        # BOS exactly once where the tokenizer adds one (Llama-2), as every other prompt of the project
+        prompts = batch_prompt_ids(tok, [self.prompt(item, p) for item, p in pairs])
         targets = [tok(self.target(item), add_special_tokens=False)["input_ids"] for item, _ in pairs]
         seqs = [p + t for p, t in zip(prompts, targets)]
         width, n_keep = max(map(len, seqs)), max(map(len, targets)) + 1

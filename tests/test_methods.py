@@ -81,9 +81,13 @@ def test_rind_trigger_and_truncation_modes():
     cfg = MethodConfig(method="dragin", theta=1.0)
     event = check_trigger(view, cfg, sentence_end=True, final=False)
     assert event.token == 8 and event.score == pytest.approx(2.0 * 0.9, abs=0.02)
-    assert event.keep == 6  # cut at the start of the triggering sentence
-    cfg_tok = MethodConfig(method="dragin", theta=1.0, truncation="token")
-    assert check_trigger(view, cfg_tok, sentence_end=True, final=False).keep == 8
+    assert event.keep == 8  # the paper profile cuts before the triggering word
+    cfg_sent = MethodConfig(method="dragin", theta=1.0, truncation="sentence")  # the reference's cut
+    assert check_trigger(view, cfg_sent, sentence_end=True, final=False).keep == 6
+    assert MethodConfig(method="dragin", dragin_profile="reference").truncation == "sentence"
+    # FLARE regenerates the tentative sentence and keeps its documents, whatever the profile
+    flare = MethodConfig(method="flare", dragin_profile="reference")
+    assert (flare.truncation, flare.docs_scope) == ("sentence", "until_replaced")
     assert check_trigger(view, MethodConfig(method="dragin", theta=5.0), sentence_end=True, final=False) is None
 
 
@@ -145,7 +149,7 @@ def test_paper_prompt_has_demos_docs_and_question(smol_tokenizer):
 def test_progress_guarantee_keeps_the_first_sentence_after_a_retrieval():
     entropies = [2.0] * 10  # every word is uncertain: RIND fires wherever it may look
     rows = rows_for(PIECES, 4, hot_source=9, hot_target=8)
-    cfg = MethodConfig(method="dragin", theta=0.01)
+    cfg = MethodConfig(method="dragin", theta=0.01, truncation="sentence")
     first = make_view(PIECES[:6], entropies=entropies[:6], rows=rows[:6])
     assert check_trigger(first, cfg, sentence_end=True, final=False).token == 0  # round 1: fires at once
     first.after_retrieval = True  # the same text right after a retrieval: its first sentence is kept unchecked
