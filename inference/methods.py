@@ -109,8 +109,9 @@ PROFILES: dict[str, dict[str, object]] = {
 
 # Profile settings that are DRAGIN's alone; other triggers keep these. Documents for one sentence are the authors'
 # AttnWeightRAG's: FLARE accepts its regenerated sentence and goes on with the documents (their TokenRAG keeps its
-# whole regeneration). FLARE regenerates the tentative sentence, so it always cuts at the sentence start.
-NOT_DRAGIN: dict[str, object] = {"docs_scope": "until_replaced", "truncation": "sentence"}
+# whole regeneration). FLARE regenerates the tentative sentence, so it always cuts at the sentence start. The
+# per-round budget is AttnWeightRAG's loop; the other loops keep the remaining budget.
+NOT_DRAGIN: dict[str, object] = {"docs_scope": "until_replaced", "truncation": "sentence", "round_budget": "remaining"}
 
 
 @dataclass
