@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from adaptive_rag.lm.generation import Prompt, render_prompt
 from adaptive_rag.lm.models import ModelOptions, load_causal_lm, resolve_device, resolve_model
+from adaptive_rag.lm.tokenization import batch_prompt_ids
 from adaptive_rag.plumbing.progress import bar_options
 from adaptive_rag.plumbing.records import Passage
 
@@ -168,7 +169,8 @@ class LLMReranker(Reranker):
     @torch.no_grad()
     def _score_pairs(self, pairs: list[tuple[RerankItem, Passage]]) -> list[float]:
         tok = self.tokenizer
-        prompts = [tok(self.prompt(item, p), add_special_tokens=False)["input_ids"] for item, p in pairs]
+        # BOS exactly once where the tokenizer adds one (Llama-2), as every other prompt of the project
+        prompts = batch_prompt_ids(tok, [self.prompt(item, p) for item, p in pairs])
         targets = [tok(self.target(item), add_special_tokens=False)["input_ids"] for item, _ in pairs]
         seqs = [p + t for p, t in zip(prompts, targets)]
         width, n_keep = max(map(len, seqs)), max(map(len, targets)) + 1

@@ -5,6 +5,7 @@ one-question-at-a-time replay making the engine's decisions."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -83,17 +84,30 @@ def test_evaluate_records_the_profile_and_its_values(tmp_path, monkeypatch):
     write_qa_jsonl([QAExample("q0", "Question 0?", ["a"])], data)
     (tmp_path / "index").mkdir()
     (tmp_path / "index" / "meta.json").write_text('{"kind": "bm25"}')
-    monkeypatch.setattr(ev, "make_runner", lambda *a: lambda examples: [
-        PredictionRecord(e.id, e.question, e.answers, "So the answer is a.", [], llm_forward_passes=1,
-                         generated_tokens=1, rounds=1, batch_mean_seconds=0.1) for e in examples])
+    seen = {}
+
+    def make_runner(cfg, method, prompt, engine, gate):
+        seen.update(method=method, prompt=prompt, engine=engine)
+        return lambda examples: [
+            PredictionRecord(e.id, e.question, e.answers, "So the answer is a.", [], llm_forward_passes=1,
+                             generated_tokens=1, rounds=1, batch_mean_seconds=0.1) for e in examples]
+
+    monkeypatch.setattr(ev, "make_runner", make_runner)
     monkeypatch.setattr(ev, "check_resources", lambda *a: None)
     cfg = ev.EvalConfig(dataset=str(data), index=str(tmp_path / "index"), output_dir=str(tmp_path / "out"),
                         show_progress=False)
     ev.evaluate(cfg, MethodConfig(method="dragin", dragin_profile="reference"), PromptConfig(), EngineConfig())
     saved = yaml.safe_load((tmp_path / "out" / "config.yaml").read_text())
-    assert saved["dragin_profile"] == "reference" and saved["qfs_top_n"] == 25  # the reference's 2Wiki value
+    # one row of the authors' configs (Llama2-7b-chat, 2Wiki): θ 1.0, top-n 25, 64 tokens, 6 demos; none of
+    # HotpotQA's (0.8, 35, 100, 8) leaks in
+    assert saved["dragin_profile"] == "reference" and saved["reference_config"] == "Llama2-7b-chat"
+    assert (saved["theta"], saved["qfs_top_n"], saved["max_new_tokens"], saved["num_demos"]) == (1.0, 25, 64, 6)
+    assert (seen["method"].theta, seen["engine"].max_new_tokens, seen["prompt"].num_demos) == (1.0, 64, 6)
     assert (saved["rind_attention"], saved["content_filter"], saved["docs_scope"], saved["max_rounds"]) == (
         "reference", "after_threshold", "next_sentence", 20)
+    assert (saved["answer_extraction"], saved["round_budget"]) == ("dragin", "per_round")
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["answer_extraction"] == "dragin" and metrics["em"] == 1.0
 
 
 def load_bench_reference():
@@ -103,9 +117,35 @@ def load_bench_reference():
     return module.DraginReplay
 
 
+@pytest.mark.parametrize("model, dataset, expected", [
+    ("meta-llama/Llama-2-13b-chat-hf", "iirc_dev.jsonl", ("Llama2-13b-chat", 1.0, 25, 128, 8)),
+    ("lmsys/vicuna-13b-v1.5", "strategyqa.json", ("Vicuna-13b-v1.5", 1.5, 25, 100, 6)),
+    ("smollm2-135m", "hotpotqa/dev.jsonl", ("Llama2-7b-chat", 0.8, 35, 100, 8)),
+    ("smollm2-135m", "world-two-hop", ("Llama2-7b-chat", 0.8, 35, 100, None)),  # not theirs: HotpotQA's, all demos
+])
+def test_reference_settings_come_from_one_row(model, dataset, expected):
+    from inference.dynamic_rag.dragin_settings import resolve_run
+
+    demos = "world" if dataset.startswith("world") else "hotpotqa"  # the demos' name is the second hint
+    method = MethodConfig(method="dragin", dragin_profile="reference").resolved(dataset, demos, model=model)
+    prompt, engine = resolve_run(method, PromptConfig(), EngineConfig(), dataset, demos)
+    assert (method.reference_config, method.theta, method.qfs_top_n, engine.max_new_tokens,
+            prompt.num_demos) == expected
+    paper = MethodConfig(method="dragin").resolved(dataset, model=model)
+    assert (paper.theta, paper.qfs_top_n, resolve_run(paper, PromptConfig(), EngineConfig(), dataset)[1]
+            .max_new_tokens) == (0.8, 25, 100)
+    explicit = MethodConfig(method="dragin", dragin_profile="reference", theta=0.3).resolved(dataset, model=model)
+    assert explicit.theta == 0.3  # a value given explicitly wins
+    assert resolve_run(method, PromptConfig(num_demos=2), EngineConfig(max_new_tokens=9), dataset)[0].num_demos == 2
+    with pytest.raises(ValueError, match="reference_config must be one of"):
+        MethodConfig(method="dragin", dragin_profile="reference", reference_config="gpt").resolved(dataset)
+
+
 @pytest.mark.parametrize("profile", ["paper", "reference"])
 def test_bench_replay_makes_the_engines_decisions(profile, smol_tokenizer, fake_retriever):
-    method = MethodConfig(method="dragin", dragin_profile=profile, theta=0.0, max_rounds=3)
+    # the replay reproduces the trigger and query decisions, not eval.py's forced answer or the per-round budget
+    method = MethodConfig(method="dragin", dragin_profile=profile, theta=0.0, max_rounds=3, answer_extraction="project",
+                          round_budget="remaining")
     record, _ = run(smol_tokenizer, method, fake_retriever, max_new_tokens=20)
     queries, fake_retriever.queries[:] = list(fake_retriever.queries), []
     prompts = PromptBuilder(smol_tokenizer, PromptConfig(prompt_style="paper", num_demos=1))

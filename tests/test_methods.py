@@ -75,15 +75,19 @@ def rows_for(pieces, prompt_len, hot_source: int, hot_target: int):
 
 def test_rind_trigger_and_truncation_modes():
     entropies = [0.1] * 10
-    entropies[8] = 2.0  # "Kelmora" is uncertain
-    rows = rows_for(PIECES, 4, hot_source=9, hot_target=8)  # the final "." attends to it
+    entropies[8] = entropies[9] = 2.0  # "Kelmora." (one word: the full stop stays in it) is uncertain
+    rows = rows_for(PIECES, 4, hot_source=9, hot_target=8)  # the final "." attends to "Kelmora"
     view = make_view(PIECES, entropies=entropies, rows=rows)
     cfg = MethodConfig(method="dragin", theta=1.0)
     event = check_trigger(view, cfg, sentence_end=True, final=False)
     assert event.token == 8 and event.score == pytest.approx(2.0 * 0.9, abs=0.02)
-    assert event.keep == 6  # cut at the start of the triggering sentence
-    cfg_tok = MethodConfig(method="dragin", theta=1.0, truncation="token")
-    assert check_trigger(view, cfg_tok, sentence_end=True, final=False).keep == 8
+    assert event.keep == 8  # the paper profile cuts before the triggering word
+    cfg_sent = MethodConfig(method="dragin", theta=1.0, truncation="sentence")  # the reference's cut
+    assert check_trigger(view, cfg_sent, sentence_end=True, final=False).keep == 6
+    assert MethodConfig(method="dragin", dragin_profile="reference").truncation == "sentence"
+    # FLARE regenerates the tentative sentence and keeps its documents, whatever the profile
+    flare = MethodConfig(method="flare", dragin_profile="reference")
+    assert (flare.truncation, flare.docs_scope) == ("sentence", "until_replaced")
     assert check_trigger(view, MethodConfig(method="dragin", theta=5.0), sentence_end=True, final=False) is None
 
 
@@ -94,7 +98,7 @@ def test_qfs_query_uses_triggering_row():
     from inference.dynamic_rag.round_view import Event
 
     q = form_query(view, Event(token=8, score=1.0, keep=6), MethodConfig(method="dragin", qfs_top_n=2))
-    assert q == "Osk Quarvik"
+    assert q == "Osk? Quarvik."  # the words as the reference forms them, punctuation attached
 
 
 def world_examples(n=3):
@@ -145,7 +149,7 @@ def test_paper_prompt_has_demos_docs_and_question(smol_tokenizer):
 def test_progress_guarantee_keeps_the_first_sentence_after_a_retrieval():
     entropies = [2.0] * 10  # every word is uncertain: RIND fires wherever it may look
     rows = rows_for(PIECES, 4, hot_source=9, hot_target=8)
-    cfg = MethodConfig(method="dragin", theta=0.01)
+    cfg = MethodConfig(method="dragin", theta=0.01, truncation="sentence")
     first = make_view(PIECES[:6], entropies=entropies[:6], rows=rows[:6])
     assert check_trigger(first, cfg, sentence_end=True, final=False).token == 0  # round 1: fires at once
     first.after_retrieval = True  # the same text right after a retrieval: its first sentence is kept unchecked
@@ -163,14 +167,14 @@ def test_progress_guarantee_keeps_the_first_sentence_after_a_retrieval():
 
 def test_reference_threshold_fires_on_a_stopword_and_qfs_reads_content_hits():
     # uniform rows: a_max(i) = 1 / (6 + i). Scores H·a: Osk .1/6, was .1/7, born .1/8, in 3/9 = .33 (a stopword),
-    # Quarvik 1/10 = .1; θ = .09 lets "in" and "Quarvik" pass
-    entropies = [0.1, 0.1, 0.1, 3.0, 1.0, 0.1]
+    # "Quarvik." (one word: the full stop stays in it) 1/10 + 0 = .1; θ = .09 lets "in" and "Quarvik." pass
+    entropies = [0.1, 0.1, 0.1, 3.0, 1.0, 1.0]
     rows = [torch.full((4 + j + 1,), 1.0 / (4 + j + 1)) for j in range(6)]
     view = make_view(PIECES[:6], entropies=entropies, rows=rows)
     paper = MethodConfig(method="dragin", theta=0.09)
     reference = MethodConfig(method="dragin", theta=0.09, content_filter="after_threshold")
     event = check_trigger(view, reference, sentence_end=True, final=False)
-    assert event.token == 3 and event.hits == [[4]] and not event.stopword_hits
+    assert event.token == 3 and event.hits == [[4, 5]] and not event.stopword_hits
     assert check_trigger(view, paper, sentence_end=True, final=False).token == 4  # the stopword never counts
     only_stop = make_view(PIECES[:6], entropies=[0.1, 0.1, 0.1, 3.0, 0.1, 0.1], rows=rows)
     event = check_trigger(only_stop, reference, sentence_end=True, final=False)
@@ -196,7 +200,7 @@ def test_reference_qfs_reads_the_rows_before_the_hit_words():
     view.prompt_row = torch.tensor([0.0, 0.0, 0.9, 0.1])  # the last prompt position chose "Osk": looked at "Osk"
     cfg = MethodConfig(method="dragin", qfs_attention="reference", qfs_top_n=1)
     assert form_query(view, Event(token=4, score=1.0, keep=0, hits=[[4]]), cfg) == "born"
-    assert form_query(view, Event(token=0, score=1.0, keep=0, hits=[[0]]), cfg) == "Osk"  # the prompt's "Osk"
+    assert form_query(view, Event(token=0, score=1.0, keep=0, hits=[[0]]), cfg) == "Osk?"  # the prompt's "Osk?"
     # the paper's QFS reads the triggering token's own row instead
     assert form_query(view, Event(token=4, score=1.0, keep=0), MethodConfig(method="dragin", qfs_top_n=1)) != "born"
 
@@ -235,7 +239,8 @@ def test_qfs_can_use_the_questions_first_word(tiny_model, smol_tokenizer, fake_r
     engine._start_round(state)
     view = state.view
     view.pieces, view.rows = [" The"], [torch.ones(len(view.prompt_pieces) + 1)]  # attends to everything alike
-    assert form_query(view, Event(token=0, score=1.0, keep=0), engine.method) == "Scott Derrickson directed horror film"
+    assert form_query(view, Event(token=0, score=1.0, keep=0), engine.method) == \
+        "Scott Derrickson directed horror film?"
 
 
 @pytest.mark.parametrize("style", ["paper", "chat"])

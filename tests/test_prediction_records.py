@@ -278,3 +278,15 @@ def test_popularity_tool_reads_old_records_and_new_predictions_alike(tmp_path):
     keys = ("question_id", "question", "answers", "popularity", "parametric_output", "closed_book_output",
             "context_output", "p_ret")
     assert [getattr(a, k) for k in keys] == [getattr(b, k) for k in keys]
+
+
+def test_policy_rows_name_the_model_that_was_trained():
+    """The job's table says NR / AR / ADAPT-LLM only for the ADAPT-LLM model: a --mode nr or ar model's rows are
+    named after it (the paper's NR and AR rows are separately trained models, not policies of one model)."""
+    from training.adapt_llm_eval import policy_labels
+
+    assert policy_labels("adapt", "argmax") == ("NR (never retrieve)", "AR (always retrieve)", "ADAPT-LLM (argmax)")
+    for mode, model in (("nr", "NR-LLM"), ("ar", "AR-LLM")):
+        labels = policy_labels(mode, "argmax")
+        assert all(label.startswith(f"{model} model") for label in labels) and len(set(labels)) == 3
+        assert not any(label.startswith(("NR (", "AR (", "ADAPT-LLM")) for label in labels)

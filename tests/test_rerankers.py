@@ -108,3 +108,27 @@ def test_llm_errors(tiny_model, smol_tokenizer):
         LLMReranker(tiny_model, smol_tokenizer, mode="ppl")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown re-ranker kind"):
         build_reranker("colbert", "x")  # type: ignore[arg-type]
+
+
+def test_llm_reranker_prompts_start_with_bos_once_like_every_prompt(tiny_model):
+    """A tokenizer that adds BOS to plain text (Llama-2): the re-ranker's prompts carry it once, as prompt_ids
+    gives every other prompt; without it Llama-2 scores passages off its training distribution."""
+    from conftest import bos_tokenizer
+
+    tok = bos_tokenizer()
+    seen = []
+
+    class Recording(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = tiny_model
+
+        def forward(self, input_ids, **kwargs):
+            seen.append(input_ids)
+            return self.inner(input_ids=input_ids, **kwargs)
+
+    rr = LLMReranker(Recording(), tok, batch_size=4, use_chat_template=False)
+    rr.score("Where is X based?", "Draft y1.", PASSAGES, answers=["Zorara"])
+    [ids] = seen
+    assert all(tok.bos_token_id in row.tolist() for row in ids)
+    assert all(row.tolist().count(tok.bos_token_id) == 1 for row in ids)

@@ -102,7 +102,7 @@ def first_prompt_length(tokenizer) -> int:
 def qfs_words(cycles: int) -> str:
     """QFS's query when every attention row is uniform: all content words it may read (the question's, then the
     answer's before the triggering "Rome"), in text order; ``cycles`` whole cycles precede the triggering S1."""
-    return "built Rome" + " Ada built Rome sailed north" * cycles + " Ada built"
+    return "built Rome?" + " Ada built Rome. sailed north!" * cycles + " Ada built"  # words keep their punctuation
 
 
 def test_wo_rag_never_retrieves_and_the_script_is_as_described(smol_tokenizer, model):
@@ -141,7 +141,8 @@ def test_fs_rag_retrieves_after_every_sentence_with_that_sentence(profile, smol_
     # answer is over, nothing is retrieved. The reference profile first asks the question (round 0).
     # Catches a trigger that fires mid-sentence or only at the first sentence, a retrieval after the final
     # sentence, and the reference's question-first call missing (or present in the paper profile).
-    method = MethodConfig(method="fs-rag", max_rounds=20, dragin_profile=profile)
+    # answer_extraction project: no forced-answer round after the script (tests/test_dragin_eval.py has that)
+    method = MethodConfig(method="fs-rag", max_rounds=20, dragin_profile=profile, answer_extraction="project")
     [record], queries, docs = run(smol_tokenizer, model, method, max_new_tokens=27)
     first = [(0, 0, QUESTION)] if profile == "reference" else []
     expected = first + [(1, 4, S1), (2, 9, S2), (3, 13, S1), (4, 18, S2), (5, 22, S1)]
@@ -189,9 +190,11 @@ def test_dragin_fires_where_entropy_times_attention_exceeds_theta(smol_tokenizer
     # less. θ just under the hand-computed score: exactly that one retrieval; θ just over: none.
     # Catches a_max read from the token's own row (1/(P + 3)) or a later one, the wrong token's entropy, and a
     # comparison with another θ.
-    entropy, _ = entropy_and_prob(model, UNSURE)
+    # The word is "Rome." (the full stop stays in it): entropy the mean of the unsure "Rome" and the sure ".",
+    # attention the sum of "Rome"'s 1/(P + 4) and the 0 of ".", which no later row covers when S1 is judged.
+    entropy = (entropy_and_prob(model, UNSURE)[0] + entropy_and_prob(model, SURE)[0]) / 2
     score = entropy / (first_prompt_length(smol_tokenizer) + 4)
-    below = MethodConfig(method="dragin", theta=score * 0.999, max_rounds=20)
+    below = MethodConfig(method="dragin", theta=score * 0.999, max_rounds=20, truncation="sentence")
     [record], _, _ = run(smol_tokenizer, model, below, max_new_tokens=40)
     assert retrievals(record) == [(1, 0, qfs_words(0))]
     assert field(field(record, "retrievals")[0], "trigger_score") == pytest.approx(score, rel=1e-4)
@@ -209,12 +212,14 @@ def test_dragin_never_fires_on_a_stopword_unless_the_threshold_comes_first(smol_
     # Catches the stopword indicator left out of the paper's score (it would fire as the reference does), and the
     # reference's threshold applied after the filter (it would never fire).
     model = script_model(smol_tokenizer, unsure=("she",))
-    paper = MethodConfig(method="dragin", theta=0.01, max_rounds=20)
+    paper = MethodConfig(method="dragin", theta=0.01, max_rounds=20, truncation="sentence")
     [record], queries, _ = run(smol_tokenizer, model, paper, max_new_tokens=30)
     assert retrievals(record) == [] and queries == []
-    reference = MethodConfig(method="dragin", theta=0.01, max_rounds=20, content_filter="after_threshold")
+    reference = MethodConfig(method="dragin", theta=0.01, max_rounds=20, content_filter="after_threshold",
+                             truncation="sentence")
     [record], queries, _ = run(smol_tokenizer, model, reference, max_new_tokens=30)
-    expected = [(k + 1, 4 + 9 * k, "built Rome Ada built Rome" + " sailed north Ada built Rome" * k) for k in range(3)]
+    expected = [(k + 1, 4 + 9 * k, "built Rome? Ada built Rome." + " sailed north! Ada built Rome." * k)
+                for k in range(3)]
     assert retrievals(record) == expected and queries == [q for _, _, q in expected]
     assert [field(r, "stopword_hits") for r in field(record, "retrievals")] == [True] * 3
 
@@ -223,19 +228,24 @@ def test_dragin_reference_profile(smol_tokenizer, model):
     # The reference judges a round once it has ended (here at the token budget): round 1 fires at its first "Rome"
     # (position 0); the documents write one sentence (S1, kept) and the next round runs without them, writes to
     # the budget and fires at the "Rome" after S2: positions 0, 9, 18, 27, 36 in rounds 1, 3, 5, 7, 9. Round 10
-    # writes S1 with the documents up to the budget. Score: H times "Rome"'s attention renormalised over S1's
-    # four words, each a_max(i) = 1/(P + i + 1) (the token's own row counts).
+    # writes S1 with the documents up to the budget. Score: H times "Rome"'s attention renormalised over S1
+    # ("Ada", "built", "Rome."), each token's a_max(i) = 1/(P + i + 1) (the token's own row counts).
     # Catches documents kept past their sentence (docs 3, 3), judging before the round ends, a missing or
     # different renormalisation (score), and firing on sure words.
-    method = MethodConfig(method="dragin", dragin_profile="reference", theta=1.0)
+    # the remaining budget and the project's extraction keep this hand count (tests/test_dragin_eval.py covers the
+    # per-round budget and the forced answer)
+    method = MethodConfig(method="dragin", dragin_profile="reference", theta=1.0, round_budget="remaining",
+                          answer_extraction="project")
     [record], queries, docs = run(smol_tokenizer, model, method, max_new_tokens=40)
     expected = [(2 * k + 1, 9 * k, qfs_words(k)) for k in range(5)]
     assert retrievals(record) == expected and queries == [q for _, _, q in expected]
     assert docs == [0, 3] * 5
     p = first_prompt_length(smol_tokenizer)
     attention = [1 / (p + i + 1) for i in range(4)]
-    entropy, _ = entropy_and_prob(model, UNSURE)
-    score = entropy * attention[2] / sum(attention) * 4
+    # S1 is three words, "Ada", "built", "Rome." (the full stop stays in it): its entropy the mean of the unsure
+    # "Rome" and the sure ".", its attention the sum of both tokens'
+    entropy = (entropy_and_prob(model, UNSURE)[0] + entropy_and_prob(model, SURE)[0]) / 2
+    score = entropy * (attention[2] + attention[3]) / sum(attention) * 3
     assert field(field(record, "retrievals")[0], "trigger_score") == pytest.approx(score, rel=1e-3)
 
 
@@ -244,18 +254,18 @@ def test_retrievals_stay_with_their_question_in_a_batch(smol_tokenizer, model):
     # retrievals (as alone) and its own question's words in QFS. Catches retrievals or documents handed to the
     # wrong question when sequences leave and rejoin.
     questions = (QUESTION, "Where did Ada sail?")
-    method = MethodConfig(method="dragin", theta=0.01, max_rounds=20)
+    method = MethodConfig(method="dragin", theta=0.01, max_rounds=20, truncation="sentence")
     records, queries, _ = run(smol_tokenizer, model, method, max_new_tokens=40, questions=questions)
     assert [retrievals(r, "round", "position") for r in records] == [[(k + 1, 9 * k) for k in range(5)]] * 2
     assert [q for _, _, q in retrievals(records[0])] == [qfs_words(k) for k in range(5)]
     assert [q for _, _, q in retrievals(records[1])] == [
-        qfs_words(k).replace("built Rome", "Ada sail", 1) for k in range(5)]
+        qfs_words(k).replace("built Rome?", "Ada sail?", 1) for k in range(5)]
     assert sorted(queries) == sorted(q for r in records for _, _, q in retrievals(r))
 
 
 @pytest.mark.parametrize("method, max_new_tokens, expected", [
     # the paper profile's cap, 5: without it a 6th at 45 (the budget has room for it)
-    (MethodConfig(method="dragin", theta=0.01), 60, [(k + 1, 9 * k) for k in range(5)]),
+    (MethodConfig(method="dragin", theta=0.01, truncation="sentence"), 60, [(k + 1, 9 * k) for k in range(5)]),
     (MethodConfig(method="fs-rag", max_rounds=2), 27, [(1, 4), (2, 9)]),
     # the question-first call counts: a cap of 1 leaves no trigger-fired retrieval
     (MethodConfig(method="flare", max_rounds=1), 30, [(0, 0)]),

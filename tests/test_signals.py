@@ -29,9 +29,9 @@ def test_a_max_takes_later_tokens_only():
     assert amax.tolist() == pytest.approx([0.6, 0.4, 0.0])
 
 
-def test_group_words_merges_pieces_and_splits_punctuation():
-    pieces = [" Qu", "arv", "ik", " is", " big", ".", "\n", "It"]
-    assert signals.group_words(pieces) == [[0, 1, 2], [3], [4], [5], [6], [7]]
+def test_group_words_merges_pieces_and_keeps_punctuation_attached():
+    pieces = [" Qu", "arv", "ik", " is", " big", ".", "\n", "It", " (", "19", "62", ").", "", "Ok"]
+    assert signals.group_words(pieces) == [[0, 1, 2], [3], [4, 5], [6], [7], [8, 9, 10, 11], [12], [13]]
 
 
 def test_content_words():
@@ -63,14 +63,15 @@ def test_reference_renormalisation():
 
 def test_qfs_picks_top_words_in_text_order():
     pieces = [" Who", " founded", " Kel", "mora", " Records", "?", " The", " founder"]
-    row = torch.tensor([0.05, 0.10, 0.20, 0.15, 0.05, 0.30, 0.05, 0.10])
+    row = torch.tensor([0.05, 0.10, 0.20, 0.15, 0.05, 0.02, 0.05, 0.10])
     eligible = [True] * 8
-    # word attention: Who .05 (stopword), founded .10, Kelmora .35, Records .05, ? (punct), The (stop), founder .10
+    # word attention: Who .05 (stopword), founded .10, Kelmora .35, Records? .07 (the mark stays attached, as in the
+    # reference's words), The (stop), founder .10
     assert signals.qfs_query(row, pieces, eligible, top_n=2) in ("founded Kelmora", "Kelmora founder")
     assert signals.qfs_query(row, pieces, eligible, top_n=3) == "founded Kelmora founder"
     # ineligible positions (demos, template) never fill the query
     assert signals.qfs_query(row, pieces, [True, True, False, False, True, True, True, True], 3) == \
-        "founded Records founder"
+        "founded Records? founder"
     with pytest.raises(ValueError, match="must align"):
         signals.qfs_query(row, pieces[:-1], eligible, 2)
 
@@ -113,8 +114,8 @@ def test_qfs_query_reference_hand_computed():
     # eligible parts sum to 1 each; averaged: Who .03125 (stopword), founded .28125, Kelmora .1875+.125 = .3125,
     # Osk .25, built .125; Demo is not eligible and the hit word is left out
     q = signals.qfs_query_reference([[row7, row8]], [8], pieces, eligible, exclude={8, 9}, top_n=2)
-    assert q == "founded Kelmora"
-    assert signals.qfs_query_reference([[row7, row8]], [8], pieces, eligible, {8, 9}, 3) == "founded Kelmora Osk"
+    assert q == "founded Kelmora?"  # the question mark stays in the word, as in the reference's words
+    assert signals.qfs_query_reference([[row7, row8]], [8], pieces, eligible, {8, 9}, 3) == "founded Kelmora? Osk"
     with pytest.raises(ValueError, match="at least one hit word"):
         signals.qfs_query_reference([], [], pieces, eligible, set(), 3)
 
@@ -128,3 +129,22 @@ def test_stopwords_are_spacys_list_without_importing_spacy():
     assert signals.STOP_WORDS == frozenset(SPACY)
     code = "import sys, inference.dynamic_rag.signals; print('spacy' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("bare", ["\n", " .", " --"])
+def test_reference_rind_never_fires_on_a_unit_of_punctuation_or_white_space(bare):
+    """Under content_filter after_threshold, H·a above θ fires even on a stopword, but a unit with no letter or digit
+    cannot fire: the reference's words carry their punctuation, so it has none to fire on."""
+    from inference.dynamic_rag.methods import MethodConfig
+    from inference.dynamic_rag.round_view import RoundView
+    from inference.dynamic_rag.triggers import check_trigger
+
+    pieces = [" Osk", " wrote", bare, " it"]
+    rows = [torch.tensor([[1.0]]), torch.tensor([[0.5, 0.5]]), torch.tensor([[0.1, 0.1, 0.8]]),
+            torch.tensor([[0.1, 0.1, 0.7, 0.1]])]
+    view = RoundView("q", pieces, [0.5] * 4, [0.2, 0.2, 5.0, 0.2], rows, [], [])
+    cfg = MethodConfig(method="dragin", dragin_profile="reference", theta=1.0)
+    words = signals.round_word_signals(view, cfg)
+    assert words[2].tokens == [2] and words[2].unfiltered_score > 5.0  # the unit alone is far above θ
+    assert max(w.unfiltered_score for w in words if w.tokens != [2]) < 1.0
+    assert check_trigger(view, cfg, sentence_end=True, final=True) is None

@@ -1,6 +1,7 @@
 """Sentence boundaries (FS-RAG windows, DRAGIN truncation) and the token-piece view of generated text."""
 
 import pytest
+import torch
 
 from inference.dynamic_rag.text_units import TokenText, ends_sentence, split_sentences
 
@@ -96,3 +97,65 @@ def test_round_text_grows_with_its_pieces():
     assert view.text == " Red"
     view.pieces = [" Blue"]  # a view given a new list reads the new list
     assert view.text == " Blue"
+
+
+class _PieceTok:
+    """A tokenizer over a fixed list of raw tokens in one of two styles: byte-level BPE ("Ġ" marks a space, "Ċ" is a
+    newline; decode keeps both) or SentencePiece ("▁" marks a space, "<0x0A>" is a newline; decode drops the leading
+    space of a lone "▁word", as Llama-2's does)."""
+
+    all_special_ids: list[int] = []
+
+    def __init__(self, raw: list[str], style: str):
+        self.raw, self.style = list(raw) + [("Ġ" if style == "bpe" else "▁") + "word"], style
+        self.marker = "Ġ" if style == "bpe" else "▁"
+
+    def encode(self, text, add_special_tokens=False):
+        assert text == " word"  # TokenText's probe
+        return [len(self.raw) - 1]
+
+    def convert_ids_to_tokens(self, ids):
+        return [self.raw[i] for i in ids] if isinstance(ids, list) else self.raw[ids]
+
+    def decode(self, ids):
+        text = "".join(self.raw[i] for i in ids)
+        if self.style == "bpe":
+            return text.replace("Ġ", " ").replace("Ċ", "\n")
+        text = text.replace("<0x0A>", "\n").replace("▁", " ")
+        return text[1:] if text.startswith(" ") else text
+
+
+# " Scott Derrickson's film didn't use U.S. money.\nSo" as each tokenizer family cuts it
+_BPE = ["ĠScott", "ĠDer", "rick", "son", "'s", "Ġfilm", "Ġdidn", "'t", "Ġuse", "ĠU", ".", "S", ".", "Ġmoney", ".",
+        "Ċ", "So"]
+_SP = ["▁Scott", "▁Der", "rick", "son", "'", "s", "▁film", "▁didn", "'", "t", "▁use", "▁U", ".", "S", ".", "▁money",
+       ".", "<0x0A>", "So"]
+_WORDS = ["Scott", "Derrickson's", "film", "didn't", "use", "U.S.", "money.", "", "So"]
+
+
+@pytest.mark.parametrize("raw", [_BPE, _SP], ids=["smollm2-style", "llama2-style"])
+def test_words_are_the_references_whitespace_delimited_units(raw):
+    """Punctuation and apostrophes stay in the word (the reference's "▁"-delimited words); a newline is a unit of its
+    own; the stopword test reads the word without its surrounding punctuation and a clitic by its stem."""
+    from inference.dynamic_rag.signals import group_words, has_text, is_content_word
+
+    tok = _PieceTok(raw, "bpe" if raw is _BPE else "sp")
+    pieces = TokenText(tok).pieces(list(range(len(raw))))
+    assert "".join(pieces) == " Scott Derrickson's film didn't use U.S. money.\nSo"
+    words = ["".join(pieces[i] for i in idx).strip() for idx in group_words(pieces)]
+    assert words == _WORDS
+    assert [is_content_word(w) for w in words] == [True, True, True, False, True, True, True, False, False]
+    assert not has_text(words[7]) and not is_content_word("'s") and not is_content_word(" .")
+
+
+def test_qfs_fills_its_top_n_with_whole_words_not_fragments():
+    from inference.dynamic_rag.signals import qfs_query
+
+    pieces = _PieceTok(_SP, "sp")
+    pieces = TokenText(pieces).pieces(list(range(len(_SP))))
+    row = torch.full((len(pieces),), 0.01)
+    row[5] = 0.5  # the "s" of "Derrickson's"
+    row[9] = 0.4  # the "t" of "didn't": a stopword once whole
+    row[14] = 0.3  # the second "." of "U.S."
+    # "Derrickson's" = 0.01 * 4 + 0.5; "U.S." = 0.01 * 3 + 0.3; then "Scott", "film", "use", "money." at 0.01-0.02
+    assert qfs_query(row, pieces, [True] * len(pieces), 2) == "Derrickson's U.S."

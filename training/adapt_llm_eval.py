@@ -87,6 +87,17 @@ def eval_configs(data_cfg: AdaptDataConfig, eval_cfg: AdaptEvalConfig, model_dir
     return cfg, method, PromptConfig(), EngineConfig(batch_size=eval_cfg.eval_batch_size), gate
 
 
+def policy_labels(mode: str, gate_rule: str) -> tuple[str, str, str]:
+    """The table's row names for the three policies applied to a model trained with ``mode``: the paper's NR / AR /
+    ADAPT-LLM only for the ADAPT-LLM model; a baseline model (``--mode nr|ar``, the paper's separately trained NR-LLM
+    and AR-LLM) has its rows named after it, so they are not mistaken for the paper's rows."""
+    if mode == "adapt":
+        return "NR (never retrieve)", "AR (always retrieve)", f"ADAPT-LLM ({gate_rule})"
+    model = {"nr": "NR-LLM", "ar": "AR-LLM"}[mode]
+    return (f"{model} model, never retrieve (closed-book prompt)", f"{model} model, always retrieve (context prompt)",
+            f"{model} model, <RET> gate ({gate_rule})")
+
+
 def load_for_eval(model_dir: str, dtype: str = "auto"):
     """The trained adapter as the gate will be used: base + adapter, merged in memory for faster generation."""
     model, tokenizer = models.load_causal_lm(model_dir, models.ModelOptions(dtype=dtype))
@@ -118,14 +129,15 @@ def evaluate_gate(model: Any, tokenizer: Any, data_cfg: AdaptDataConfig, eval_cf
     done = read_done(out)
     records = [gate_record(done[ex.id]) for ex in examples]
     cfg = gate_config(data_cfg, eval_cfg)
-    decided = {"NR (never retrieve)": redecide(records, "never_retrieve", cfg),
-               "AR (always retrieve)": redecide(records, "always_retrieve", cfg),
-               f"ADAPT-LLM ({cfg.gate_rule})": redecide(records, "adapt_llm", cfg)}
+    labels = policy_labels(data_cfg.mode, cfg.gate_rule)
+    decided = dict(zip(labels, (redecide(records, policy, cfg)
+                                for policy in ("never_retrieve", "always_retrieve", "adapt_llm"))))
     by_kind: dict[str, dict[str, Any]] = {}
     kinds = {ex.id: str(ex.metadata.get("kind", "all")) for ex in examples}
     for kind in sorted(set(kinds.values())):  # world: fictional vs common, where the gate should differ
         for name, recs in decided.items():
-            by_kind[f"{name.split(' ')[0]} [{kind}]"] = summarize([r for r in recs if kinds[r.question_id] == kind])
+            short = name.split(" (")[0]
+            by_kind[f"{short} [{kind}]"] = summarize([r for r in recs if kinds[r.question_id] == kind])
     summaries = {name: summarize(recs) for name, recs in decided.items()}
     sweep = sweep_threshold(records, eval_cfg.sweep_thresholds, cfg)
     table = format_table({**summaries, **by_kind})

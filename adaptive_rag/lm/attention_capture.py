@@ -33,6 +33,9 @@ class CaptureBuffer:
             raise ValueError(f"head reduction must be 'mean', 'max' or 'none', got '{reduce}'")
         self.reduce = reduce
         self.row: torch.Tensor | None = None
+        # set by authors_pass: a prefill then also keeps every query row's weights, (B, H, Q, K) float32
+        self.keep_all = False
+        self.all_rows: torch.Tensor | None = None
 
     def reduced(self, weights: torch.Tensor) -> torch.Tensor:
         """(B, H, K) attention weights -> what this buffer keeps."""
@@ -98,6 +101,23 @@ def _shared_head_forward(module, query, key, value, attention_mask, scaling, hea
     return out.to(value.dtype).reshape(b, h_kv * n_rep, 1, -1).transpose(1, 2).contiguous(), None
 
 
+def _all_query_weights(query, key, attention_mask, scaling) -> torch.Tensor:
+    """Eager attention weights of every query position: (B, H, Q, K), float32 (grouped heads as above)."""
+    b, h, q_len, d = query.shape
+    h_kv = key.shape[1]
+    scale = scaling if scaling is not None else d ** -0.5
+    q = query.reshape(b, h_kv, h // h_kv, q_len, d).float()
+    scores = torch.matmul(q, key.float()[:, :, None].transpose(3, 4)) * scale  # (B, H_kv, n_rep, Q, K)
+    k_len = key.shape[-2]
+    # causal always: without padding SDPA gets no mask (is_causal instead), so None here still means causal
+    causal = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device).tril(k_len - q_len)
+    scores = scores.masked_fill(~causal, torch.finfo(scores.dtype).min)
+    if attention_mask is not None:
+        mask = attention_mask[:, :, -q_len:, :k_len][:, :, None]  # (B, 1, 1, Q, K)
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool else scores + mask
+    return torch.softmax(scores, dim=-1).reshape(b, h, q_len, -1)
+
+
 def capture_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     buffer: CaptureBuffer | None = getattr(module, "signal_capture", None)
     head: SharedHeadLayer | None = getattr(module, "shared_head", None)
@@ -106,6 +126,8 @@ def capture_attention_forward(module, query, key, value, attention_mask, scaling
     if buffer is None or query.shape[2] != 1:
         if buffer is not None:  # prefill: SDPA for the output, one eager row for the last prompt position
             buffer.row = buffer.reduced(_last_query_weights(query, key, attention_mask, scaling))
+            if buffer.keep_all:
+                buffer.all_rows = _all_query_weights(query, key, attention_mask, scaling)
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
                                       **kwargs)
     weights = _last_query_weights(query, key, attention_mask, scaling)  # (B, H, K): the only query row

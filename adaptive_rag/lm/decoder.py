@@ -41,6 +41,7 @@ from adaptive_rag.lm.attention_capture import (
 from adaptive_rag.lm.batch_cache import KV, compact, join, keep_columns, layers
 from adaptive_rag.lm.packed_linear import linear_packing
 from adaptive_rag.lm.profiling import Profile
+from adaptive_rag.lm.sampling import Sampler
 from adaptive_rag.lm.tokenization import prompt_ids
 
 
@@ -120,6 +121,7 @@ class BatchDecoder:
             head_once = dtype == torch.float32 or max_batch >= 32
         self.head_once = head_once
         self.prefix_ids: list[int] = []
+        self.sampler: Sampler | None = None  # None: greedy; else seeded sampling (adaptive_rag.lm.sampling)
         self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer, batch 1
         self._prefix_f32: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer (H_kv, P, D), for decode steps
         if shared_prefix_ids:
@@ -199,6 +201,12 @@ class BatchDecoder:
             self._drop_unused_columns()
 
     # -- model calls -------------------------------------------------------------------------------------
+    def _choose(self, logits: torch.Tensor, logp: torch.Tensor | None = None):
+        """Next token, its probability and the entropy, greedy or by ``self.sampler``: (B, V) -> three (B,)."""
+        if self.sampler is not None:
+            return self.sampler.choose(logits)
+        return _choice_from_logp(torch.log_softmax(logits.float(), dim=-1) if logp is None else logp)
+
     def _record_choice(self, seq: Sequence, token: int, prob: float, entropy: float) -> None:
         if token in self.stop_token_ids:
             seq.done, seq.hit_eos = True, True
@@ -246,7 +254,7 @@ class BatchDecoder:
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
                              use_cache=True, logits_to_keep=1)
             logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # once: the choice and the watched tokens
-            token, prob, entropy = _choice_from_logp(logp)
+            token, prob, entropy = self._choose(out.logits[:, -1], logp)
             watched = logp[:, list(self.watch_token_ids)].exp().tolist() if self.watch_token_ids else None
             # the last prompt position's row: it chose the first token (a one-token input took the decode path)
             prefill_rows = self.buffer.row.float().cpu() if self.buffer is not None else None
@@ -282,7 +290,7 @@ class BatchDecoder:
         with self._timed("decode"), self.linears, self._shared_head_attention():
             out = self.model(input_ids=self.pending[:, None], attention_mask=mask, position_ids=positions,
                              cache=self.cache, use_cache=True)
-            token, prob, entropy = _entropy_and_choice(out.logits[:, -1])
+            token, prob, entropy = self._choose(out.logits[:, -1])
             rows = self.buffer.row.float().cpu() if self.buffer is not None else None
         self.forward_passes += 1
         if self.profile is not None:

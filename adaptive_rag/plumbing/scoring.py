@@ -11,13 +11,23 @@ from adaptive_rag.plumbing.records import PredictionRecord
 _YES_NO_GOLDS = ("yes", "no", "true", "false")
 
 
-def score_record(rec: PredictionRecord, normalisation: Normalisation = "official") -> dict[str, float]:
+def score_record(rec: PredictionRecord, normalisation: Normalisation = "official", extraction: str = "project",
+                 dataset_kind: str | None = None) -> dict[str, float]:
     """EM/F1/precision on the extracted answer; contained accuracy on the whole output (PopQA's metric).
 
     ``yes_no_em`` (the first yes/no word of the output) is added only for a question whose golds are all yes/no,
-    so that it is averaged over those questions alone.
+    so that it is averaged over those questions alone. ``extraction: dragin`` scores as DRAGIN's ``eval.py``
+    (:mod:`inference.dynamic_rag.dragin_eval`; ``dataset_kind`` chooses its dataset's rule, yes/no golds StrategyQA's).
     """
     output, answers = rec.output, rec.answers
+    if extraction == "dragin":
+        from inference.dynamic_rag.dragin_eval import score_dragin
+
+        kind = dataset_kind or ("strategyqa" if is_yes_no(answers) else None)
+        row = score_dragin(output, answers, kind)  # type: ignore[arg-type]
+        if is_yes_no(answers):
+            row["yes_no_em"] = row["em"]
+        return row
     row = score(output, answers, extract=True, normalisation=normalisation)
     row["acc"] = contained_accuracy(output, answers)
     if is_yes_no(answers):
@@ -40,13 +50,15 @@ def gate_columns(records: Sequence[PredictionRecord], rows: list[dict[str, float
             "acc_not_retrieved": sum(without) / len(without) if without else None}
 
 
-def summarise(records: Sequence[PredictionRecord], normalisation: Normalisation = "official") -> dict[str, Any]:
+def summarise(records: Sequence[PredictionRecord], normalisation: Normalisation = "official",
+              extraction: str = "project", dataset_kind: str | None = None) -> dict[str, Any]:
     """Mean quality metrics, efficiency per question, the gate's columns where every record is a gate's, and
     ``answer_normalisation`` (which EM/F1 normalisation produced the numbers). ``yes_no_em`` and ``n_yes_no``
-    appear only when some question has yes/no golds; ``yes_no_em`` is the mean over those questions."""
+    appear only when some question has yes/no golds; ``yes_no_em`` is the mean over those questions.
+    ``extraction`` / ``dataset_kind``: see :func:`score_record` (recorded as ``answer_extraction``)."""
     if not records:
-        return {"n": 0, "answer_normalisation": normalisation}
-    rows = [score_record(r, normalisation) for r in records]
+        return {"n": 0, "answer_normalisation": normalisation, "answer_extraction": extraction}
+    rows = [score_record(r, normalisation, extraction, dataset_kind) for r in records]
     quality = aggregate(rows)
     n_yes_no = sum("yes_no_em" in row for row in rows)
     if n_yes_no:
@@ -60,4 +72,4 @@ def summarise(records: Sequence[PredictionRecord], normalisation: Normalisation 
         "seconds_per_question": sum(r.batch_mean_seconds for r in records) / n,
     }
     gate = gate_columns(records, rows) if all(r.gate is not None for r in records) else {}
-    return {**quality, "answer_normalisation": normalisation, **efficiency, **gate}
+    return {**quality, "answer_normalisation": normalisation, "answer_extraction": extraction, **efficiency, **gate}

@@ -89,14 +89,15 @@ def inner_method(method: MethodConfig, gate: GateMethodConfig) -> MethodConfig |
     return replace(method, method=gate.gate_inner, **own)
 
 
-def resolved_method(method: MethodConfig, gate: GateMethodConfig, *dataset_hints: str | None) -> MethodConfig:
+def resolved_method(method: MethodConfig, gate: GateMethodConfig, *dataset_hints: str | None,
+                    model: str | None = None) -> MethodConfig:
     """``method.resolved(...)``, where a gate method that hands its retrieval path to an inner method takes that
     method's own depth when ``top_k`` is unset (DRAGIN's 3, not the single context prompt's 1)."""
     if method.method in GATE_METHODS and method.top_k is None:
         inner = inner_method(method, gate)
         if inner is not None:
-            method = replace(method, top_k=inner.resolved(*dataset_hints).top_k)
-    return method.resolved(*dataset_hints)
+            method = replace(method, top_k=inner.resolved(*dataset_hints, model=model).top_k)
+    return method.resolved(*dataset_hints, model=model)
 
 
 def check_examples(method: MethodConfig, examples: Sequence[QAExample], dataset: str) -> None:

@@ -58,8 +58,10 @@ from inference.adapt_gate.gate_eval import (
 from inference.commands import eval_data
 from inference.commands.eval_checks import check_device, check_index_folder, check_model_name, check_output_dir
 from inference.commands.eval_folder import SingleProcess, locked_output, merge_shards, read_done, read_done_everywhere
+from inference.dynamic_rag.dragin_eval import dataset_kind
+from inference.dynamic_rag.dragin_settings import DEFAULT_MAX_NEW_TOKENS, resolve_run
 from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
-from inference.dynamic_rag.methods import MethodConfig
+from inference.dynamic_rag.methods import PRESETS, MethodConfig
 from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
 from inference.iter_retgen.loop import IterRetGen, IterRetGenConfig, LMGenerator
 
@@ -170,7 +172,8 @@ def method_runner(model, tokenizer, retriever, method: MethodConfig, prompt: Pro
 def iter_retgen_runner(model, tokenizer, retriever, method: MethodConfig, prompt: PromptConfig,
                        engine: EngineConfig):
     """Iter-RetGen behind the same record type as the engine's methods (one retrieval per iteration)."""
-    generator = LMGenerator(model, tokenizer, max_new_tokens=engine.max_new_tokens, batch_size=engine.batch_size)
+    generator = LMGenerator(model, tokenizer, max_new_tokens=engine.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
+                            batch_size=engine.batch_size)
     loop = IterRetGen(retriever, generator, IterRetGenConfig(iterations=method.iterations,
                                                              top_k=method.resolved().top_k,
                                                              prompt_style=prompt.prompt_style))
@@ -217,7 +220,8 @@ def evaluate(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, engine
     state = PartialState(cpu=not torch.cuda.is_available())
     gate = gate or GateMethodConfig()
     # the method's own depth and dataset-dependent profile values, recorded in config.yaml
-    method = resolved_method(method, gate, cfg.dataset, prompt.demos)
+    method = resolved_method(method, gate, cfg.dataset, prompt.demos, model=cfg.model)
+    prompt, engine = resolve_run(method, prompt, engine, cfg.dataset, prompt.demos)
     cfg = resolve_output_dir(cfg, method)
     examples = check_inputs(cfg, method, gate)
     return evaluate_examples(examples, cfg, method, prompt, engine, gate,
@@ -291,7 +295,7 @@ def write_metrics(out: Path, examples: list[QAExample], cfg: EvalConfig, method:
                   gate: GateMethodConfig) -> dict[str, Any]:
     wanted = {e.id for e in examples}
     records = [r for i, r in read_done(out).items() if i in wanted]
-    metrics = summarise(records, normalisation=cfg.answer_normalisation)
+    metrics = summarise(records, normalisation=cfg.answer_normalisation, **scoring_mode(method, cfg.dataset))
     metrics.update({"method": method.method, "model": cfg.model, "dataset": cfg.dataset})
     if method.method in GATE_METHODS:
         metrics["gate_inner"] = gate.gate_inner
@@ -305,6 +309,12 @@ def write_metrics(out: Path, examples: list[QAExample], cfg: EvalConfig, method:
 
 # Every setting of one evaluation, in the order evaluate() takes them (the sweep builds the same).
 CONFIG_TYPES = (EvalConfig, MethodConfig, PromptConfig, EngineConfig, GateMethodConfig)
+def scoring_mode(method: MethodConfig, dataset: str) -> dict[str, Any]:
+    """How answers are extracted: the engine methods' ``answer_extraction`` (DRAGIN's eval.py under the reference
+    profile, with the rule of the dataset the name says), the project's for Iter-RetGen and the gate methods."""
+    if PRESETS[method.method].runner != "engine" or method.answer_extraction != "dragin":
+        return {"extraction": "project"}
+    return {"extraction": "dragin", "dataset_kind": dataset_kind(dataset)}
 
 
 def main(argv: list[str] | None = None) -> None:

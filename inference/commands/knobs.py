@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from inference.adapt_gate.gate_eval import GATE_METHODS, GateMethodConfig
-from inference.dynamic_rag.methods import KNOB_OWNERS, MethodConfig
+from inference.dynamic_rag.methods import KNOB_OWNERS, PRESETS, MethodConfig
 from inference.dynamic_rag.queries import QUERIES
 from inference.dynamic_rag.triggers import TRIGGERS
 
@@ -42,7 +42,14 @@ METHOD_KNOB_RULES: dict[str, Callable[[dict], bool]] = {
     "keep_sentence_after_retrieval": _judged,
     "fixed_question_first": lambda m: _plugin_reads("fixed_question_first", m),
     "docs_scope": _triggered,
-    "dragin_profile": _triggered,  # it fills the switches above and max_rounds (which only counts when triggered)
+    # it fills the switches above, max_rounds and answer_extraction (which every engine method reads)
+    "dragin_profile": lambda m: m["method"] in ENGINE_METHODS,
+    "answer_extraction": lambda m: m["method"] in ENGINE_METHODS,
+    "round_budget": _triggered,
+    "attention_pass": lambda m: m["trigger"] == "rind",
+    "sampling": lambda m: m["method"] in ENGINE_METHODS,
+    "sampling_seed": lambda m: m["method"] in ENGINE_METHODS and m.get("sampling") == "checkpoint",
+    "reference_config": lambda m: m["method"] in ENGINE_METHODS and m.get("dragin_profile") == "reference",
     "iterations": lambda m: m["method"] == "iter-retgen",
     "top_k": lambda m: m["trigger"] != "never",
     "max_rounds": lambda m: m["trigger"] != "never" and m["method"] != "iter-retgen",
@@ -50,6 +57,7 @@ METHOD_KNOB_RULES: dict[str, Callable[[dict], bool]] = {
 } | {knob: (lambda m, knob=knob: _plugin_reads(knob, m)) for knob in KNOB_OWNERS}
 READ_BY_EVERY_METHOD = frozenset({"trigger", "query"})  # a trigger or query set explicitly overrides the method's
 RETRIEVING_GATES = ("adapt-llm", "ar", "popularity")
+ENGINE_METHODS = frozenset(name for name, preset in PRESETS.items() if preset.runner == "engine")
 
 
 def _single_context(c: dict) -> bool:

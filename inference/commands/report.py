@@ -38,6 +38,8 @@ from adaptive_rag.plumbing.errors import ConfigError, DataError
 from adaptive_rag.plumbing.records import PredictionRecord
 from adaptive_rag.plumbing.scoring import score_record, summarise
 from inference.adapt_gate.gate import GateConfig, redecide, summarize
+from inference.adapt_gate.gate_eval import GATE_METHODS
+from inference.dynamic_rag.dragin_eval import dataset_kind
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +135,14 @@ def _read_json(path: Path) -> Any:
         raise DataError(f"{path}: not valid JSON ({err})") from None
 
 
+def scoring_mode(config: dict[str, Any]) -> dict[str, Any]:
+    """The answer extraction a run's config.yaml recorded (an engine method under the reference profile: DRAGIN's
+    eval.py; older folders: the project's)."""
+    if config.get("answer_extraction") != "dragin" or config.get("method") in ("iter-retgen", *GATE_METHODS):
+        return {"extraction": "project"}
+    return {"extraction": "dragin", "dataset_kind": dataset_kind(str(config.get("dataset", "")))}
+
+
 def load_eval_run(folder: Path, name: str) -> EvalRun:
     try:
         config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8")) or {}
@@ -143,7 +153,8 @@ def load_eval_run(folder: Path, name: str) -> EvalRun:
     if (folder / "metrics.json").is_file():
         metrics = _read_json(folder / "metrics.json")
     else:  # an interrupted run: score what it has
-        metrics = summarise(read_predictions(folder), normalisation=config.get("answer_normalisation", "official"))
+        metrics = summarise(read_predictions(folder), normalisation=config.get("answer_normalisation", "official"),
+                            **scoring_mode(config))
         name += " (unfinished)"
     return EvalRun(name, folder, config, metrics, intervals=record_intervals(
         read_predictions(folder), config.get("answer_normalisation", "official")))

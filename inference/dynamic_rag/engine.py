@@ -19,12 +19,16 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from adaptive_rag.lm.sampling import Sampler
 from tqdm.auto import tqdm
 
 from adaptive_rag.lm.decoder import BatchDecoder, Sequence, shared_head_ids, stop_token_ids
 from adaptive_rag.lm.tokenization import prompt_ids
 from adaptive_rag.plumbing.records import Passage, PredictionRecord, QAExample, RetrievalRecord
 from adaptive_rag.plumbing.retriever import Retriever
+from inference.dynamic_rag import dragin_eval
+from inference.dynamic_rag.authors_pass import authors_token_attention, last_layer_attention
+from inference.dynamic_rag.dragin_settings import DEFAULT_MAX_NEW_TOKENS
 from inference.dynamic_rag.methods import MethodConfig
 from inference.dynamic_rag.prompts import PromptBuilder
 from inference.dynamic_rag.queries import form_query
@@ -38,7 +42,9 @@ ANSWER_MARKER = re.compile(r"the answer is", re.IGNORECASE)
 @dataclass
 class EngineConfig:
     batch_size: int = 16  # questions decoding together
-    max_new_tokens: int = 100  # answer length budget (DRAGIN: HotpotQA 100, 2Wiki 64, IIRC 128)
+    # answer length budget; None: the profile's (paper 100; reference the authors' config: HotpotQA 100, 2Wiki 64,
+    # IIRC 128, StrategyQA 100; inference/dynamic_rag/dragin_settings.py)
+    max_new_tokens: int | None = None
     stop_after_answer: bool = True  # stop once "the answer is ..." sentence is complete (FS/FL-RAG need it)
     head_reduce: str = "mean"  # attention heads: mean (paper) or max
     keep_signals: bool = False  # store per-word RIND signals of every round in the record (for the trace view)
@@ -49,7 +55,7 @@ class EngineConfig:
     packed_linears: bool = True
 
     def __post_init__(self):
-        if self.batch_size <= 0 or self.max_new_tokens <= 0:
+        if self.batch_size <= 0 or (self.max_new_tokens is not None and self.max_new_tokens <= 0):
             raise ValueError("batch_size and max_new_tokens must be positive")
 
 
@@ -70,6 +76,7 @@ class QuestionState:
     signals: list[dict[str, Any]] = field(default_factory=list)
     after_retrieval: bool = False  # the next round follows a retrieval a trigger fired
     docs_round: bool = False  # this round only writes the sentence the documents are for (docs_scope next_sentence)
+    regenerating: bool = False  # the round forces an answer after " So the answer is" (answer_extraction dragin)
 
     def record(self, *, output_tokens: int, batch_mean_seconds: float) -> PredictionRecord:
         """The finished question's prediction record; ``output_tokens``: tokens of its output; ``batch_mean_seconds``:
@@ -88,6 +95,7 @@ class DynamicRAGEngine:
                  method: MethodConfig, cfg: EngineConfig | None = None):
         self.model, self.tokenizer, self.retriever = model, tokenizer, retriever
         self.prompts, self.method, self.cfg = prompts, method, cfg or EngineConfig()
+        self.max_new_tokens = self.cfg.max_new_tokens or DEFAULT_MAX_NEW_TOKENS  # the evaluate command resolves it
         if method.retrieves and retriever is None:
             raise ValueError(f"method '{method.method}' retrieves but no retriever was given")
         self.method = method = method.resolved(getattr(prompts.cfg, "demos", None))
@@ -97,6 +105,8 @@ class DynamicRAGEngine:
                                     reduce="none" if "attention_per_head" in needs else self.cfg.head_reduce,
                                     capture="attention" in needs, stop_token_ids=stop_token_ids(tokenizer),
                                     max_batch=self.cfg.batch_size, packed_linears=self.cfg.packed_linears)
+        if method.sampling == "checkpoint":
+            self.decoder.sampler = Sampler.from_checkpoint(model, method.sampling_seed)
         if self.cfg.shared_head:
             self.decoder.set_shared_prefix(shared_head_ids(tokenizer, prompts.head_probes()))
 
@@ -105,7 +115,12 @@ class DynamicRAGEngine:
         prompt = self.prompts.build(state.example.question, state.docs, state.prior)
         ids, offsets = prompt_ids(self.tokenizer, prompt.text, offsets=True)
         eligible = qfs_eligible(offsets, prompt.question_span, prompt.prior_start)
-        budget = max(1, self.cfg.max_new_tokens - len(self.tokenizer.encode(state.prior, add_special_tokens=False)))
+        if state.regenerating:
+            budget = dragin_eval.REGENERATE_TOKENS
+        elif self.method.round_budget == "per_round":  # the authors' loop: every round may write the full length
+            budget = self.max_new_tokens
+        else:
+            budget = max(1, self.max_new_tokens - self._tokens(state.prior))
         seq = Sequence(key=state, prompt_ids=ids, max_new_tokens=budget)
         state.seq, state.prompt_ids, state.rounds = seq, ids, state.rounds + 1
         state.docs_round = state.after_retrieval and bool(state.docs) and self.method.docs_for_next_sentence_only
@@ -114,61 +129,81 @@ class DynamicRAGEngine:
         state.after_retrieval = False
         return seq
 
+    def _tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _answer_done(self, st: QuestionState) -> bool:
+        """``round_budget: per_round``: the authors' loop starts no new round once the answer is longer than the
+        budget or holds "the answer is" (case-sensitive); the sentence a retrieval's documents are for is still
+        written (the check follows it there)."""
+        if self.method.round_budget != "per_round" or st.regenerating or not st.prior:
+            return False
+        if st.after_retrieval and st.docs and self.method.docs_for_next_sentence_only:
+            return False
+        return dragin_eval.MARKER in st.prior or self._tokens(st.prior) > self.max_new_tokens
+
     # -- main loop ----------------------------------------------------------------------------------------
     def run(self, examples: list[QAExample], *, show_progress: bool = True) -> list[PredictionRecord]:
         states = [QuestionState(ex) for ex in examples]
-        waiting: deque[QuestionState] = deque()
-        to_retrieve: list[tuple[QuestionState, str, Event | None, int]] = []
-        for st in states:
-            if self.method.retrieves_first and self.method.max_rounds > 0:
-                to_retrieve.append((st, st.example.question, None, 0))
-            else:
-                waiting.append(st)
         bar = tqdm(total=len(states), desc=self.method.method, disable=not show_progress, unit="q")
         start = time.perf_counter()
-        while waiting or to_retrieve or self.decoder.active:
-            if to_retrieve:
-                waiting.extend(self._retrieve(to_retrieve))
-                to_retrieve = []
-            room = self.cfg.batch_size - len(self.decoder.active)
-            if waiting and room > 0:
-                self.decoder.admit([self._start_round(waiting.popleft()) for _ in range(min(room, len(waiting)))])
-            else:
-                self.decoder.step()
-            finished, leaving = self._inspect(to_retrieve, waiting)
-            self.decoder.remove(finished + leaving)
-            bar.update(len(finished))
+        self._drive(states, bar)
+        if self.method.answer_extraction == "dragin":  # eval.py's regenerate_answer, batched like any round
+            again = [st for st in states if dragin_eval.needs_regeneration(st.output or "")]
+            for st in again:
+                # from the answer as generated (its leading space too), not the stripped output
+                st.prior, st.docs, st.regenerating = dragin_eval.regeneration_prefix(st.prior), [], True
+                st.after_retrieval = False
+            self._drive(again, None)
         bar.close()
         per_question = (time.perf_counter() - start) / max(1, len(states))  # batch wall time shared evenly
         return [st.record(output_tokens=len(self.tokenizer.encode(st.output or "", add_special_tokens=False)),
                           batch_mean_seconds=per_question) for st in states]
 
+    def _drive(self, states: list[QuestionState], bar) -> None:
+        """Decode ``states`` to the end (retrievals included); ``bar`` counts the finished questions."""
+        waiting: deque[QuestionState] = deque()
+        to_retrieve: list[tuple[QuestionState, str, Event | None, int]] = []
+        for st in states:
+            if self.method.retrieves_first and self.method.max_rounds > 0 and not st.regenerating:
+                to_retrieve.append((st, st.example.question, None, 0))
+            else:
+                waiting.append(st)
+        while waiting or to_retrieve or self.decoder.active:
+            if to_retrieve:
+                waiting.extend(self._retrieve(to_retrieve))
+                to_retrieve = []
+            done = [st for st in waiting if self._answer_done(st)]
+            for st in done:
+                waiting.remove(st)
+                st.output = st.prior.strip()
+            room = self.cfg.batch_size - len(self.decoder.active)
+            if waiting and room > 0:
+                self.decoder.admit([self._start_round(waiting.popleft()) for _ in range(min(room, len(waiting)))])
+            elif self.decoder.active:
+                self.decoder.step()
+            finished, leaving = self._inspect(to_retrieve, waiting)
+            self.decoder.remove(finished + leaving)
+            if bar is not None:
+                bar.update(len(finished) + len(done))
+
     def _inspect(self, to_retrieve, waiting) -> tuple[list[Sequence], list[Sequence]]:
         """After a step: sync each sequence's view, finish the done ones, pull out those whose trigger fired, and
         send back to the queue the rounds that only had to write the sentence their documents were for."""
         finished, leaving = [], []
-        for seq in list(self.decoder.seqs):
+        synced = [self._sync(seq) for seq in list(self.decoder.seqs)]
+        if self.method.attention_pass == "authors":
+            self._authors_pass(synced)
+        for seq, stop, sentence_end, final in synced:
             st: QuestionState = seq.key
             view = st.view
-            n_fed = len(seq.rows) if self.decoder.buffer is not None else max(0, len(seq.gen_ids) - 1)
-            if seq.done:
-                n_fed = len(seq.gen_ids)
-            nxt = "" if seq.done else self.text.piece(seq.gen_ids[-1]) if len(seq.gen_ids) > n_fed else ""
-            if n_fed > len(view.pieces):  # the round's text grows by the tokens fed since the last step
-                view.extend(self.text.pieces(seq.gen_ids[len(view.pieces):n_fed]))
-            stop = self.prompts.stop_index(view.text)
-            if stop is not None:  # the model began a new few-shot "Question:": the answer ended before it
-                n_fed, nxt = _tokens_before(view.pieces, stop), ""
-                view.truncate(n_fed)
-            view.prompt_row = seq.prompt_row
-            view.probs, view.entropies, view.rows = seq.probs[:n_fed], seq.entropies[:n_fed], seq.rows[:n_fed]
-            sentence_end = ends_sentence(view.text, nxt) if view.pieces else False
-            final = seq.done or stop is not None or self._answer_complete(st, view.text, sentence_end)
             if st.docs_round and (sentence_end or final):
                 self._end_docs_round(st, seq, final, finished, leaving, waiting)
                 continue
             event = None
-            if len(st.retrievals) < self.method.max_rounds:
+            if st.regenerating:
+                final = seq.done or stop is not None  # eval.py generates its 20 tokens to the end, then cuts
+            elif len(st.retrievals) < self.method.max_rounds:
                 event = check_trigger(view, self.method, sentence_end=sentence_end, final=final)
             if event is not None:
                 query = form_query(view, event, self.method)
@@ -184,6 +219,41 @@ class DynamicRAGEngine:
                 view.checked = len(view.pieces)
         return finished, leaving
 
+    def _authors_pass(self, synced) -> None:
+        """One batched pass over the generated text of every round that RIND judges now (its sentence ended, or the
+        round did): the attention DRAGIN's reference code reads (inference/dynamic_rag/authors_pass.py)."""
+        sentences = self.method.rind_scope != "round"  # the round scope judges a round once, at its end
+        judged = [seq for seq, _, sentence_end, final in synced
+                  if (final or (sentence_end and sentences)) and seq.key.view.pieces and not seq.key.docs_round
+                  and not seq.key.regenerating and len(seq.key.retrievals) < self.method.max_rounds]
+        if not judged:
+            return
+        weights = last_layer_attention(self.decoder, [seq.gen_ids[:len(seq.key.view.pieces)] for seq in judged])
+        for seq, w in zip(judged, weights):
+            seq.key.view.authors_attention = authors_token_attention(w, self.method.rind_attention,
+                                                                     self.cfg.head_reduce)
+
+    def _sync(self, seq: Sequence) -> tuple[Sequence, int | None, bool, bool]:
+        """Bring the sequence's view up to the tokens fed so far; returns (seq, stop, sentence_end, final)."""
+        st: QuestionState = seq.key
+        view = st.view
+        n_fed = len(seq.rows) if self.decoder.buffer is not None else max(0, len(seq.gen_ids) - 1)
+        if seq.done:
+            n_fed = len(seq.gen_ids)
+        nxt = "" if seq.done else self.text.piece(seq.gen_ids[-1]) if len(seq.gen_ids) > n_fed else ""
+        if n_fed > len(view.pieces):  # the round's text grows by the tokens fed since the last step
+            view.extend(self.text.pieces(seq.gen_ids[len(view.pieces):n_fed]))
+        stop = self.prompts.stop_index(view.text)
+        if stop is not None:  # the model began a new few-shot "Question:": the answer ended before it
+            n_fed, nxt = _tokens_before(view.pieces, stop), ""
+            view.truncate(n_fed)
+        view.prompt_row = seq.prompt_row
+        view.probs, view.entropies, view.rows = seq.probs[:n_fed], seq.entropies[:n_fed], seq.rows[:n_fed]
+        view.authors_attention = None  # a pass over fewer tokens is stale
+        sentence_end = ends_sentence(view.text, nxt) if view.pieces else False
+        final = seq.done or stop is not None or self._answer_complete(st, view.text, sentence_end)
+        return seq, stop, sentence_end, final
+
     def _end_docs_round(self, st: QuestionState, seq: Sequence, final: bool, finished, leaving, waiting) -> None:
         """The sentence the documents were retrieved for is written: keep it unchecked; go on without them."""
         if final:
@@ -197,9 +267,12 @@ class DynamicRAGEngine:
         waiting.append(st)
 
     def _finish(self, st: QuestionState, seq: Sequence, view: RoundView) -> None:
+        prefix = st.prior
         self._keep_signals(st, view, len(view.pieces), None, None)
         self._close_round(st, seq, keep=len(view.pieces))
         st.output = st.prior.strip()
+        if st.regenerating:
+            st.output = dragin_eval.finish_regenerated(prefix, st.prior[len(prefix):]).strip()
 
     def _answer_complete(self, st: QuestionState, text: str, sentence_end: bool) -> bool:
         return self.cfg.stop_after_answer and sentence_end and bool(ANSWER_MARKER.search(st.prior + text))

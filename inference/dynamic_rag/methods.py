@@ -63,6 +63,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from adaptive_rag.plumbing.config import field_comments
+from inference.dynamic_rag.dragin_settings import reference_config_for, row_for
 from inference.dynamic_rag.queries import QUERIES
 from inference.dynamic_rag.triggers import TRIGGERS
 
@@ -101,11 +102,20 @@ PRESETS: dict[str, Preset] = {
 PROFILES: dict[str, dict[str, object]] = {
     "paper": {"rind_attention": "paper", "rind_normalisation": "paper", "content_filter": "score",
               "rind_scope": "sentence", "docs_scope": "until_replaced", "qfs_attention": "paper",
-              "fixed_question_first": False, "max_rounds": 5},
+              "fixed_question_first": False, "max_rounds": 5, "answer_extraction": "project",
+              "round_budget": "remaining", "truncation": "token"},
     "reference": {"rind_attention": "reference", "rind_normalisation": "reference", "content_filter": "after_threshold",
                   "rind_scope": "round", "docs_scope": "next_sentence", "qfs_attention": "reference",
-                  "fixed_question_first": True, "max_rounds": 20},
+                  "fixed_question_first": True, "max_rounds": 20, "answer_extraction": "dragin",
+                  "round_budget": "per_round", "truncation": "sentence"},
 }
+
+
+# Profile settings that are DRAGIN's alone; other triggers keep these. Documents for one sentence are the authors'
+# AttnWeightRAG's: FLARE accepts its regenerated sentence and goes on with the documents (their TokenRAG keeps its
+# whole regeneration). FLARE regenerates the tentative sentence, so it always cuts at the sentence start. The
+# per-round budget is AttnWeightRAG's loop; the other loops keep the remaining budget.
+NOT_DRAGIN: dict[str, object] = {"docs_scope": "until_replaced", "truncation": "sentence", "round_budget": "remaining"}
 
 
 @dataclass
@@ -123,9 +133,29 @@ class SharedSettings:
     docs_scope: Literal["until_replaced", "next_sentence"] | None = None  # for retrievals a trigger fired
     fixed_question_first: bool | None = None  # FL-RAG / FS-RAG retrieve with the question before generating
     keep_sentence_after_retrieval: bool = True  # the progress guarantee (module docstring)
-    truncation: Truncation = "sentence"  # reference: cut at the start of the sentence holding the trigger
+    # None: the profile's (paper: token, cut before the triggering word; reference: sentence, cut at the start of
+    # the sentence holding it); none keeps the whole round
+    truncation: Truncation | None = None
     query_max_words: int = 64  # BM25 query cut to its last 64 words (reference: 64 tokens)
+    # project: the last "the answer is"/"Answer:" marker (adaptive_rag.plumbing.metrics.extract_answer); dragin: the
+    # authors' eval.py (cut at "Question:"/"Note:", 20 tokens forced after " So the answer is" when it is missing,
+    # the first marker; inference.dynamic_rag.dragin_eval). None: the profile's (paper: project, reference: dragin)
+    answer_extraction: Literal["project", "dragin"] | None = None
+    # remaining: a round may generate max_new_tokens minus the answer so far; per_round: every round the full
+    # max_new_tokens, and no new round once the answer exceeds it or holds "the answer is" (the authors' loop).
+    # None: the profile's (paper: remaining, reference: per_round)
+    round_budget: Literal["remaining", "per_round"] | None = None
     iterations: int = 2  # Iter-RetGen's T
+    # greedy; or checkpoint: sample as the model's generation_config.json says (the authors' generate calls never
+    # pass do_sample=False: Llama-2 chat samples at T 0.6, top-p 0.9), seeded; entropies then of the processed scores
+    sampling: Literal["greedy", "checkpoint"] = "greedy"
+    sampling_seed: int = 0
+    # where RIND's attention comes from: in_flight (rows captured during generation, over prompt + text) or authors
+    # (DRAGIN's second pass over the round's generated text alone; inference/dynamic_rag/authors_pass.py)
+    attention_pass: Literal["in_flight", "authors"] = "in_flight"
+    # which of the authors' model configs gives the reference profile's θ, top-n, length and demo count
+    # (inference/dynamic_rag/dragin_settings.py). None: read from the model's name (13b, vicuna; else Llama2-7b-chat)
+    reference_config: Literal["Llama2-7b-chat", "Llama2-13b-chat", "Vicuna-13b-v1.5"] | None = None
 
 
 class MethodLogic:
@@ -144,6 +174,8 @@ class MethodLogic:
             raise ValueError(f"dragin_profile must be one of {', '.join(PROFILES)}, got '{self.dragin_profile}'")
         for name, value in PROFILES[self.dragin_profile].items():
             if getattr(self, name, None) is None:
+                if name in NOT_DRAGIN and self.trigger != "rind":
+                    value = NOT_DRAGIN[name]
                 setattr(self, name, value)
         if (self.top_k is not None and self.top_k <= 0) or self.max_rounds < 0:
             raise ValueError("top_k must be positive; max_rounds non-negative")
@@ -186,10 +218,18 @@ class MethodLogic:
         """What the decoder must capture for this method's trigger and query former."""
         return TRIGGERS.get(self.trigger).needs(self, head_reduce) | QUERIES.get(self.query).needs(self, head_reduce)
 
-    def resolved(self, *dataset_hints: str | None):
-        """This config with what depends on the run filled: ``top_k`` (the method's own when unset) and the query
-        former's dataset-dependent knobs (QFS's ``qfs_top_n``: paper 25, reference by dataset)."""
+    def resolved(self, *dataset_hints: str | None, model: str | None = None):
+        """This config with what depends on the run filled: ``top_k`` (the method's own when unset), the query
+        former's own, and the profile's row for the model and dataset (inference/dynamic_rag/dragin_settings.py): θ and
+        ``qfs_top_n`` (paper 0.8 and 25; reference the authors' config) and, under reference, ``reference_config``."""
         filled: dict[str, Any] = {} if self.top_k is not None else {"top_k": PRESETS[self.method].top_k}
+        config = self.reference_config
+        if self.dragin_profile == "reference" and config is None:
+            config = filled["reference_config"] = reference_config_for(model)
+        row = row_for(self.dragin_profile, config, *dataset_hints)
+        for name in ("theta", "qfs_top_n"):
+            if getattr(self, name) is None:
+                filled[name] = getattr(row, name)
         filled.update(QUERIES.get(self.query).resolve(self, dataset_hints))
         return replace(self, **filled) if filled else self
 

@@ -25,6 +25,8 @@ class RoundView:
     after_retrieval: bool = False  # a trigger's retrieval preceded this round: its first sentence is kept unchecked
     prompt_row: torch.Tensor | None = None  # attention row of the last prompt position (it chose token 0)
     head_reduce: str = "mean"  # how to reduce rows kept per head (H, positions) for the paper's formulas
+    # attention_pass authors: per generated token, the attention it receives in a pass over the round's text alone
+    authors_attention: torch.Tensor | None = None
 
     @property
     def text(self) -> str:

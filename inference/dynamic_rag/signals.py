@@ -15,6 +15,7 @@ heads, and QFS from the attention rows of the positions before the hit words, av
 from __future__ import annotations
 
 import importlib.util
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -38,22 +39,45 @@ STOP_WORDS = _spacy_stop_words()
 WordAgg = Literal["mean", "max", "sum"]
 
 
+# English clitics: a word ending in one is tested by its stem ("didn't" -> "did", "Derrickson's" -> "Derrickson"),
+# as spaCy, whose list this is, tokenizes them apart before its own stopword test.
+_CLITIC = re.compile(r"(?:n't|'s|'re|'ve|'d|'ll|'m)$")
+_EDGE_PUNCTUATION = ".,;:!?\"'()[]{}<>«»“”‘’-–—*_/\\"
+
+
+def bare_word(word: str) -> str:
+    """The word without the punctuation around it ("(Paris)." -> "Paris"; "U.S." -> "U.S"; inner marks stay)."""
+    return word.strip().strip(_EDGE_PUNCTUATION)
+
+
+def has_text(word: str) -> bool:
+    """False for a unit of punctuation or white space alone (".", a newline, "--"): never content, never a
+    trigger."""
+    return any(c.isalnum() for c in word)
+
+
 def is_content_word(word: str) -> bool:
-    """``s_i``: 1 for a word with a letter or digit that is not on spaCy's English stopword list."""
-    w = word.strip().strip(".,;:!?\"'()[]{}").lower()
-    return bool(w) and any(c.isalnum() for c in w) and w not in STOP_WORDS
+    """``s_i``: 1 for a word with a letter or digit that is not on spaCy's English stopword list. The test reads the
+    word stripped of the punctuation around it, and a clitic's stem: "Derrickson's" and "U.S." are content words,
+    "didn't", "it's" and "The," are not."""
+    whole = word.strip().lower().replace("’", "'")
+    w = bare_word(whole)
+    if not has_text(w) or whole in STOP_WORDS or w in STOP_WORDS:
+        return False
+    stem = _CLITIC.sub("", w)
+    return bool(stem) and stem not in STOP_WORDS
 
 
 def group_words(pieces: list[str]) -> list[list[int]]:
-    """Token indices grouped into words. A piece starts a new word when it begins with white space, or when
-    punctuation meets a letter/digit across the boundary (so "Paris." is two words: "Paris", ".")."""
+    """Token indices grouped into words as DRAGIN's reference code forms them: a word starts at a piece that begins
+    with white space (the tokenizer's word marker, decoded: "Ġ" or "▁") and after a piece that ends in white space
+    (a newline, as the reference starts a word at the newline token); every other piece, punctuation and apostrophes
+    included, joins the word before it ("Paris.", "Derrickson's", "didn't", "U.S." are one word each). A newline,
+    and an empty piece (a special token), are units of their own, which is_content_word and the triggers refuse."""
     words: list[list[int]] = []
     for i, piece in enumerate(pieces):
-        if not words or not piece or piece[0].isspace():
-            words.append([i])
-            continue
-        prev = pieces[i - 1]
-        if not prev or prev[-1].isalnum() != piece[0].isalnum():
+        prev = pieces[i - 1] if i else ""
+        if not words or not piece or piece[0].isspace() or not prev or prev[-1].isspace():
             words.append([i])
         else:
             words[-1].append(i)
@@ -208,7 +232,11 @@ def round_word_signals(view, cfg) -> list[WordScore]:
     attention per ``cfg.rind_attention``, renormalised per ``cfg.rind_normalisation``, words aggregated per
     ``cfg.entropy_agg`` / ``cfg.attention_agg``. The RIND trigger decides from them; the trace view shows them."""
     n, prompt_len = len(view.pieces), len(view.prompt_pieces)
-    if not view.rows:
+    authors = getattr(view, "authors_attention", None)
+    if getattr(cfg, "attention_pass", "in_flight") == "authors" and authors is not None and len(authors) >= n:
+        # the reference's second pass over the generated text (inference/dynamic_rag/authors_pass.py)
+        attention = authors[:n]
+    elif not view.rows:
         attention = torch.zeros(n)
     elif cfg.rind_attention == "reference":
         if view.rows[0].dim() != 2:

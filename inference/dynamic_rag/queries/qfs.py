@@ -6,13 +6,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from inference.dynamic_rag import signals
+from inference.dynamic_rag.dragin_settings import PAPER
 from inference.dynamic_rag.queries import QueryFormer, register_query
 from inference.dynamic_rag.round_view import Event, RoundView, reduce_heads
 
-PAPER_QFS_TOP_N = 25  # the paper gives no n; the low end of the reference's 25-35
-# retrieve_keep_top_k in the reference's config/Llama2-7b-chat/<dataset>/DRAGIN.json
-REFERENCE_QFS_TOP_N = {"hotpotqa": 35, "2wiki": 25, "iirc": 35, "strategyqa": 35}
-REFERENCE_QFS_TOP_N_OTHER = 35
+PAPER_QFS_TOP_N = PAPER.qfs_top_n
 
 
 @register_query("qfs")
@@ -20,7 +18,9 @@ class Qfs(QueryFormer):
     @dataclass
     class Knobs:
         qfs_attention: Literal["paper", "reference"] | None = None  # None: the dragin_profile's
-        qfs_top_n: int | None = None  # None: the profile's (paper 25; reference by dataset, see REFERENCE_QFS_TOP_N)
+        # None: the profile's (paper 25; reference: the authors' config for the model and dataset, 25 or 35,
+        # inference/dynamic_rag/dragin_settings.py)
+        qfs_top_n: int | None = None
 
     def needs(self, cfg, head_reduce: str) -> frozenset[str]:
         # the reference's QFS averages heads, which rows already reduced by max cannot give
@@ -30,19 +30,6 @@ class Qfs(QueryFormer):
     def validate(self, cfg) -> None:
         if (cfg.qfs_top_n or 1) <= 0:
             raise ValueError("qfs_top_n must be positive")
-
-    def resolve(self, cfg, hints):
-        """``qfs_top_n``: the paper profile's 25, or the reference's value for the first hint (a dataset name or
-        path, the demos' name) that names one of its datasets, else 35."""
-        if cfg.qfs_top_n is not None:
-            return {}
-        if cfg.dragin_profile == "paper":
-            return {"qfs_top_n": PAPER_QFS_TOP_N}
-        for hint in hints:
-            for key, n in REFERENCE_QFS_TOP_N.items():
-                if hint and key in str(hint).lower():
-                    return {"qfs_top_n": n}
-        return {"qfs_top_n": REFERENCE_QFS_TOP_N_OTHER}
 
     def form(self, view: RoundView, event: Event, cfg) -> str:
         top_n = cfg.qfs_top_n or PAPER_QFS_TOP_N

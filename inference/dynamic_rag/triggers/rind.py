@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from inference.dynamic_rag import signals
+from inference.dynamic_rag.dragin_settings import PAPER
 from inference.dynamic_rag.round_view import Event, RoundView, keep_before
 from inference.dynamic_rag.triggers import Trigger, register_trigger
 
@@ -22,7 +23,9 @@ class Rind(Trigger):
         # RIND's θ. 0.8 is the reference's HotpotQA value for Llama2-7b-chat (SPEC.md) and belongs to the reference's
         # scale (rind_normalisation reference: attention renormalised per sentence × its word count, so a typical
         # word has a ≈ 1); on the paper's scale (raw a_max, mostly ≤ 0.1 on SmolLM2) the same θ fires far less.
-        theta: float = 0.8
+        # None: the profile's (paper 0.8; reference: the authors' config for the model and dataset,
+        # inference/dynamic_rag/dragin_settings.py: Llama2-7b-chat 2Wiki 1.0, HotpotQA 0.8, IIRC 0.6, StrategyQA 0.75)
+        theta: float | None = None
         rind_attention: Literal["paper", "reference"] | None = None  # None: the dragin_profile's
         rind_normalisation: Literal["paper", "reference"] | None = None  # None: the dragin_profile's
         content_filter: Literal["score", "after_threshold"] | None = None  # None: the dragin_profile's
@@ -51,18 +54,21 @@ class Rind(Trigger):
 
 
 def _event(view: RoundView, cfg, start: int) -> Event | None:
+    theta = PAPER.theta if cfg.theta is None else cfg.theta  # an unresolved config (a test, a notebook): the paper's
     words = [w for w in signals.round_word_signals(view, cfg) if w.tokens[0] >= start]
     if cfg.content_filter == "score":  # the paper: s_i is a factor of the score
-        first = next((w for w in words if w.score > cfg.theta), None)
+        first = next((w for w in words if w.score > theta), None)
         return None if first is None else Event(first.tokens[0], first.score, keep_before(view, first.tokens[0], cfg),
                                                 hits=[first.tokens])
     # The reference: H·a above θ fires, stopword or not; the hits are every such word of that sentence, and the
-    # content-word filter only chooses which of them QFS reads.
-    first = next((w for w in words if w.unfiltered_score > cfg.theta), None)
+    # content-word filter only chooses which of them QFS reads. A unit of punctuation or white space alone never
+    # fires: the reference's words carry their punctuation, so it has no such unit to fire on.
+    words = [w for w in words if signals.has_text(w.word)]
+    first = next((w for w in words if w.unfiltered_score > theta), None)
     if first is None:
         return None
     sentence = view.sentence_start(first.tokens[0])
-    hits = [w for w in words if w.unfiltered_score > cfg.theta and view.sentence_start(w.tokens[0]) == sentence]
+    hits = [w for w in words if w.unfiltered_score > theta and view.sentence_start(w.tokens[0]) == sentence]
     content = [w for w in hits if w.content]
     return Event(first.tokens[0], first.unfiltered_score, keep_before(view, first.tokens[0], cfg),
                  hits=[w.tokens for w in content or hits], stopword_hits=not content)

@@ -1,0 +1,71 @@
+"""DRAGIN's per-(model, dataset) settings as one table, taken from the authors' configs
+(oneal2000/DRAGIN ``config/<model>/<dataset>/DRAGIN.json``), resolved by ``dragin_profile: reference``.
+
+Every setting that depends on the run is filled from one row, so a 2Wiki run can no longer mix 2Wiki's top-n with
+HotpotQA's θ and length: θ (``hallucination_threshold``), QFS's top-n (``retrieve_keep_top_k``), the generation
+length (``generate_max_length``) and the few-shot count (``fewshot``). The row's model is ``reference_config``, by
+default read from the model's name ("vicuna" -> Vicuna-13b-v1.5, "13b" -> Llama2-13b-chat, anything else
+Llama2-7b-chat: a new model needs its own θ sweep anyway, SPEC.md); its dataset is the first run hint (the dataset's
+path or name, then the demos' name) that names one of the authors' four, else HotpotQA's values with the demo file's
+own count. The ``paper`` profile keeps the project's values (θ 0.8, top-n 25, 100 tokens, all demos of the file).
+A setting given explicitly always wins; the resolved values are written to ``config.yaml``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from inference.dynamic_rag.dragin_eval import dataset_kind
+
+ReferenceConfig = Literal["Llama2-7b-chat", "Llama2-13b-chat", "Vicuna-13b-v1.5"]
+
+
+@dataclass(frozen=True)
+class Row:
+    theta: float  # hallucination_threshold
+    qfs_top_n: int  # retrieve_keep_top_k
+    max_new_tokens: int  # generate_max_length
+    num_demos: int | None  # fewshot (None: every demo of the prompt file)
+
+
+# config/<model>/<dataset>/DRAGIN.json, read line by line
+TABLE: dict[str, dict[str, Row]] = {
+    "Llama2-7b-chat": {"2wiki": Row(1.0, 25, 64, 6), "hotpotqa": Row(0.8, 35, 100, 8),
+                       "iirc": Row(0.6, 35, 128, 8), "strategyqa": Row(0.75, 35, 100, 6)},
+    "Llama2-13b-chat": {"2wiki": Row(0.8, 25, 64, 6), "hotpotqa": Row(1.2, 35, 100, 8),
+                        "iirc": Row(1.0, 25, 128, 8), "strategyqa": Row(1.3, 25, 100, 6)},
+    "Vicuna-13b-v1.5": {"2wiki": Row(1.2, 25, 64, 6), "hotpotqa": Row(1.2, 35, 100, 8),
+                        "iirc": Row(1.3, 35, 128, 8), "strategyqa": Row(1.5, 25, 100, 6)},
+}
+PAPER = Row(theta=0.8, qfs_top_n=25, max_new_tokens=100, num_demos=None)  # the paper gives no n: 25-35's low end
+DEFAULT_MAX_NEW_TOKENS = PAPER.max_new_tokens
+
+
+def reference_config_for(model: str | None) -> ReferenceConfig:
+    """Which of the authors' model configs a model's name points to."""
+    name = (model or "").lower()
+    if "vicuna" in name:
+        return "Vicuna-13b-v1.5"
+    return "Llama2-13b-chat" if "13b" in name else "Llama2-7b-chat"
+
+
+def row_for(profile: str, config: str | None, *hints: str | None) -> Row:
+    """The settings row: the paper profile's, or the reference config's row for the dataset the hints name."""
+    if profile != "reference":
+        return PAPER
+    if config not in TABLE:
+        raise ValueError(f"reference_config must be one of {', '.join(TABLE)}, got {config!r}")
+    kind = dataset_kind(*hints)
+    return TABLE[config][kind] if kind else replace(TABLE[config]["hotpotqa"], num_demos=None)
+
+
+def resolve_run(method, prompt, engine, *hints: str | None):
+    """``(prompt, engine)`` with the generation length and demo count the method's profile gives for this run (an
+    explicit value wins); the method's own values (θ, top-n) come from ``method.resolved``."""
+    row = row_for(method.dragin_profile, method.reference_config, *hints)
+    if engine.max_new_tokens is None:
+        engine = replace(engine, max_new_tokens=row.max_new_tokens)
+    if prompt.num_demos is None and row.num_demos is not None:
+        prompt = replace(prompt, num_demos=row.num_demos)
+    return prompt, engine

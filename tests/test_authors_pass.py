@@ -1,0 +1,60 @@
+"""The authors' attention pass (DRAGIN's generate_attn): one batched forward over each round's generated text alone,
+only the last layer's weights computed, equal to an eager forward of each text by itself."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from conftest import FakeRetriever, tiny_llama
+from scripted_lm import scripted_llama
+
+from adaptive_rag.lm.decoder import BatchDecoder
+from adaptive_rag.plumbing.records import QAExample
+from inference.dynamic_rag.authors_pass import authors_token_attention, last_layer_attention
+from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
+from inference.dynamic_rag.methods import MethodConfig
+from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
+from inference.dynamic_rag.signals import group_words
+
+
+def _eager(model, ids):
+    eager = copy.deepcopy(model)
+    eager.set_attn_implementation("eager")
+    with torch.no_grad():
+        return eager(torch.tensor([ids]), output_attentions=True).attentions[-1][0].float()
+
+
+def test_batched_pass_equals_each_texts_own_eager_forward(smol_tokenizer):
+    model = tiny_llama(len(smol_tokenizer))
+    texts = [[5, 17, 300, 42, 9, 77], [8, 1000, 3]]  # different lengths: one is left-padded
+    decoder = BatchDecoder(model, smol_tokenizer, reduce="none")
+    for got, ids in zip(last_layer_attention(decoder, texts), texts):
+        assert got.shape == (4, len(ids), len(ids))
+        assert torch.allclose(got, _eager(model, ids), atol=1e-5)
+    # the reference's reduction: per head the max over query rows (diagonal included), then the mean over heads;
+    # the first token attends to itself alone: 1 in every head
+    w = torch.tensor([[[1.0, 0.0], [0.25, 0.75]], [[1.0, 0.0], [0.5, 0.5]]])
+    assert authors_token_attention(w, "reference").tolist() == pytest.approx([1.0, 0.625])
+    assert authors_token_attention(w, "paper").tolist() == pytest.approx([0.375, 0.0])  # later rows only
+
+
+def test_engine_reads_the_authors_pass_when_asked(smol_tokenizer):
+    model = scripted_llama(smol_tokenizer, " Osk founded Kelmora. Then he left:")
+    words = {}
+    for source in ("in_flight", "authors"):
+        method = MethodConfig(method="dragin", dragin_profile="reference", theta=100.0, attention_pass=source,
+                              rind_normalisation="paper", answer_extraction="project")
+        engine = DynamicRAGEngine(model, smol_tokenizer, FakeRetriever(),
+                                  PromptBuilder(smol_tokenizer, PromptConfig(prompt_style="paper", num_demos=1)),
+                                  method, EngineConfig(batch_size=2, max_new_tokens=12, keep_signals=True))
+        [record] = engine.run([QAExample("q", "Who founded Kelmora?", ["Osk"])], show_progress=False)
+        words[source] = [w["attention"] for w in record.signals[0]["words"]]
+    ids = smol_tokenizer(" Osk founded Kelmora. Then he left: O", add_special_tokens=False)["input_ids"][:12]
+    per_token = authors_token_attention(_eager(model, ids), "reference")
+    pieces = [smol_tokenizer.decode([i]) for i in ids]
+    expected = [float(per_token[idx].sum()) for idx in group_words(pieces)]
+    assert words["authors"] == pytest.approx(expected, abs=1e-4)
+    assert words["authors"][0] > 1.0  # the round's first word holds position 0 of the pass: the sink
+    assert words["in_flight"] != pytest.approx(expected, abs=1e-2)  # rows over the whole prompt differ
