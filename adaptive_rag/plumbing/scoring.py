@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from adaptive_rag.plumbing.dragin_eval import score_dragin
 from adaptive_rag.plumbing.metrics import Normalisation, aggregate, contained_accuracy, score, yes_no_em
 from adaptive_rag.plumbing.records import PredictionRecord
 
@@ -17,11 +18,10 @@ def score_record(rec: PredictionRecord, normalisation: Normalisation = "official
 
     ``yes_no_em`` (the first yes/no word of the output) is added only for a question whose golds are all yes/no,
     so that it is averaged over those questions alone. ``extraction: dragin`` scores as DRAGIN's ``eval.py``
-    (:mod:`inference.dynamic_rag.dragin_eval`; ``dataset_kind`` chooses its dataset's rule, yes/no golds StrategyQA's).
+    (:mod:`adaptive_rag.plumbing.dragin_eval`; ``dataset_kind`` chooses its dataset's rule, yes/no golds StrategyQA's).
     """
     output, answers = rec.output, rec.answers
     if extraction == "dragin":
-        from inference.dynamic_rag.dragin_eval import score_dragin
 
         kind = dataset_kind or ("strategyqa" if is_yes_no(answers) else None)
         row = score_dragin(output, answers, kind)  # type: ignore[arg-type]

@@ -38,6 +38,7 @@ from adaptive_rag.lm import models
 from adaptive_rag.plumbing.atomic_files import write_text_atomic
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import config_dict, parse_config
+from adaptive_rag.plumbing.dragin_eval import dataset_kind
 from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.metrics import NORMALISATIONS, Normalisation
 from adaptive_rag.plumbing.progress import bar_options
@@ -58,7 +59,6 @@ from inference.adapt_gate.gate_eval import (
 from inference.commands import eval_data
 from inference.commands.eval_checks import check_device, check_index_folder, check_model_name, check_output_dir
 from inference.commands.eval_folder import SingleProcess, locked_output, merge_shards, read_done, read_done_everywhere
-from inference.dynamic_rag.dragin_eval import dataset_kind
 from inference.dynamic_rag.dragin_settings import DEFAULT_MAX_NEW_TOKENS, resolve_run
 from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
 from inference.dynamic_rag.methods import PRESETS, MethodConfig

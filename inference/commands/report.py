@@ -34,12 +34,12 @@ import yaml
 from adaptive_rag.plumbing.bootstrap import metric_intervals
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config
+from adaptive_rag.plumbing.dragin_eval import dataset_kind
 from adaptive_rag.plumbing.errors import ConfigError, DataError
 from adaptive_rag.plumbing.records import PredictionRecord
 from adaptive_rag.plumbing.scoring import score_record, summarise
 from inference.adapt_gate.gate import GateConfig, redecide, summarize
 from inference.adapt_gate.gate_eval import GATE_METHODS
-from inference.dynamic_rag.dragin_eval import dataset_kind
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from inference.dynamic_rag.dragin_eval import dataset_kind
+from adaptive_rag.plumbing.dragin_eval import dataset_kind
 
 ReferenceConfig = Literal["Llama2-7b-chat", "Llama2-13b-chat", "Vicuna-13b-v1.5"]
 

@@ -139,7 +139,7 @@ class SharedSettings:
     query_max_words: int = 64  # BM25 query cut to its last 64 words (reference: 64 tokens)
     # project: the last "the answer is"/"Answer:" marker (adaptive_rag.plumbing.metrics.extract_answer); dragin: the
     # authors' eval.py (cut at "Question:"/"Note:", 20 tokens forced after " So the answer is" when it is missing,
-    # the first marker; inference.dynamic_rag.dragin_eval). None: the profile's (paper: project, reference: dragin)
+    # the first marker; adaptive_rag.plumbing.dragin_eval). None: the profile's (paper: project, reference: dragin)
     answer_extraction: Literal["project", "dragin"] | None = None
     # remaining: a round may generate max_new_tokens minus the answer so far; per_round: every round the full
     # max_new_tokens, and no new round once the answer exceeds it or holds "the answer is" (the authors' loop).
