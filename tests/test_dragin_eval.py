@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from scripted_lm import scripted_llama
 
+from adaptive_rag.plumbing import dragin_eval as de
 from adaptive_rag.plumbing.records import PredictionRecord, QAExample
 from adaptive_rag.plumbing.scoring import summarise
-from inference.dynamic_rag import dragin_eval as de
 from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
 from inference.dynamic_rag.methods import MethodConfig
 from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig

@@ -19,14 +19,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from adaptive_rag.lm.sampling import Sampler
 from tqdm.auto import tqdm
 
 from adaptive_rag.lm.decoder import BatchDecoder, Sequence, shared_head_ids, stop_token_ids
+from adaptive_rag.lm.sampling import Sampler
 from adaptive_rag.lm.tokenization import prompt_ids
+from adaptive_rag.plumbing import dragin_eval
 from adaptive_rag.plumbing.records import Passage, PredictionRecord, QAExample, RetrievalRecord
 from adaptive_rag.plumbing.retriever import Retriever
-from inference.dynamic_rag import dragin_eval
 from inference.dynamic_rag.authors_pass import authors_token_attention, last_layer_attention
 from inference.dynamic_rag.dragin_settings import DEFAULT_MAX_NEW_TOKENS
 from inference.dynamic_rag.methods import MethodConfig
