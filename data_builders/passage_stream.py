@@ -20,7 +20,8 @@ from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.records import Passage
 from data_builders import readers_processed as proc
 from data_builders.readers import CORPUS_FORMATS, detect_format, read_corpus
-from data_builders.source_files import Loc, existing_file, iter_tsv, require_str
+from data_builders.readers_release import iter_dpr_passages_tsv
+from data_builders.source_files import Loc, existing_file
 
 STREAM_FORMATS = ("passages_jsonl", "flashrag_jsonl", "dpr_tsv", "hf_dataset")
 
@@ -57,15 +58,7 @@ def _iter_jsonl_lines(path: Path) -> Iterator[tuple[Loc, dict]]:
 
 
 def _iter_dpr_tsv(path: Path) -> Iterator[Passage]:
-    for loc, row, header in iter_tsv(path):
-        assert header is not None
-        missing = [c for c in ("id", "text", "title") if c not in header]
-        if missing:
-            raise loc.error(f"header {header} lacks column(s) {missing}; expected id, text, title", field=missing[0])
-        if len(row) != len(header):
-            raise loc.error(f"expected {len(header)} tab-separated columns, got {len(row)}")
-        rec = dict(zip(header, row, strict=True))
-        yield Passage(id=require_str(rec, "id", loc), title=rec["title"], text=rec["text"])
+    return (passage for _, passage in iter_dpr_passages_tsv(path))
 
 
 def _iter_hf_dataset(path: Path, batch: int = 10_000) -> Iterator[Passage]:

@@ -171,9 +171,9 @@ def load_dpr_qa_tsv(path: str | Path) -> list[Record]:
     return records
 
 
-def load_dpr_passages_tsv(path: str | Path) -> list[tuple[Loc, Passage]]:
-    """DPR ``psgs_w100.tsv``: header ``id\\ttext\\ttitle`` (column order taken from the header)."""
-    out: list[tuple[Loc, Passage]] = []
+def iter_dpr_passages_tsv(path: str | Path) -> Iterator[tuple[Loc, Passage]]:
+    """DPR ``psgs_w100.tsv``, one passage at a time: header ``id\\ttext\\ttitle`` (column order taken from the
+    header). A stream, so the 21M-passage file never sits in memory (data_builders.passage_stream)."""
     for loc, row, header in iter_tsv(path):
         assert header is not None
         missing = [c for c in ("id", "text", "title") if c not in header]
@@ -182,5 +182,9 @@ def load_dpr_passages_tsv(path: str | Path) -> list[tuple[Loc, Passage]]:
         if len(row) != len(header):
             raise loc.error(f"expected {len(header)} tab-separated columns, got {len(row)}")
         rec = dict(zip(header, row, strict=True))
-        out.append((loc, Passage(id=require_str(rec, "id", loc), title=rec["title"], text=rec["text"])))
-    return out
+        yield loc, Passage(id=require_str(rec, "id", loc), title=rec["title"], text=rec["text"])
+
+
+def load_dpr_passages_tsv(path: str | Path) -> list[tuple[Loc, Passage]]:
+    """DPR ``psgs_w100.tsv`` as a list (:func:`iter_dpr_passages_tsv`)."""
+    return list(iter_dpr_passages_tsv(path))
