@@ -92,7 +92,8 @@ def test_report_renders_every_kind_of_run(runs, tmp_path):
     out = tmp_path / "report"
     result = report.make_report([str(runs)], out)
     rows = {r["run"]: r for r in result["rows"]}
-    assert rows["runs/sweep/method=dragin,theta=0.3"]["knobs"] == "theta=0.3"
+    # DRAGIN's paper profile truncates at the token, which the other runs (no trigger that judges text) do not read
+    assert rows["runs/sweep/method=dragin,theta=0.3"]["knobs"] == "truncation=token, theta=0.3"
     assert rows["runs/sweep/method=wo-rag"]["knobs"] == ""  # theta differs between runs, but wo-rag never reads it
     assert rows["runs/sweep/method=dragin,theta=0.3"]["f1"] == 1.0
     assert rows["runs/sweep/method=dragin,theta=0.3"]["retrievals_per_question"] == 2.5
@@ -102,7 +103,8 @@ def test_report_renders_every_kind_of_run(runs, tmp_path):
     md = (out / "results.md").read_text()
     assert md.startswith("| run | method | knobs | n | EM | F1 | accuracy | retrievals/q | LLM passes/q | tokens/q |"
                          " s/q | retrieval share |")
-    assert "| runs/sweep/method=dragin,theta=0.3 | dragin | theta=0.3 | 2 | 1.000 | 1.000 | 1.000 | 2.50 |" in md
+    assert ("| runs/sweep/method=dragin,theta=0.3 | dragin | truncation=token, theta=0.3 | 2 | 1.000 | 1.000 | 1.000 "
+            "| 2.50 |") in md
     header = (out / "results.csv").read_text().splitlines()[0]
     assert header == ("run,method,knobs,n,em,f1,acc,retrievals_per_question,llm_forward_passes_per_question,"
                       "generated_tokens_per_question,seconds_per_question,retrieval_share,em_ci,f1_ci,acc_ci,"
@@ -174,5 +176,5 @@ def test_bad_input_is_one_line(tmp_path, capsys):
 def test_cli_writes_the_report(runs, tmp_path, capsys):
     assert run_cli(report.main, argv=[str(runs / "sweep"), "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
-    assert "| sweep/method=dragin,theta=0.8 | dragin | theta=0.8 |" in out and "report.html" in out
+    assert "| sweep/method=dragin,theta=0.8 | dragin | truncation=token, theta=0.8 |" in out and "report.html" in out
     assert (tmp_path / "o" / "frontier.png").read_bytes().startswith(PNG_MAGIC)
