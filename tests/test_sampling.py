@@ -6,9 +6,9 @@ import math
 
 import pytest
 import torch
-from adaptive_rag.lm.sampling import Sampler
 from scripted_lm import scripted_llama
 
+from adaptive_rag.lm.sampling import Sampler
 from adaptive_rag.plumbing.records import QAExample
 from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
 from inference.dynamic_rag.methods import MethodConfig
