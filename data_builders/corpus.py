@@ -189,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cli() -> int:
     """The console script (pyproject.toml) and ``python -m`` run this."""
-    return (main())
+    return main()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ every file by its name from a mirror folder instead (the manifest still records 
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import logging
 import os
@@ -42,6 +41,7 @@ from adaptive_rag.plumbing.cli import OneLineArgumentParser
 from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.progress import bar_options
 from data_builders.download_sources import SOURCES, Source
+from data_builders.question_loader import file_hash
 
 logger = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
@@ -53,14 +53,6 @@ MIRROR_ENV = "ADAPTIVE_RAG_DATA_MIRROR"
 def source_url(url: str, save_as: str) -> str:
     mirror = os.environ.get(MIRROR_ENV)
     return f"{mirror.rstrip('/')}/{save_as}" if mirror else url
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_manifest(out: Path) -> dict:
@@ -110,7 +102,7 @@ def fetch(url: str, target: Path, *, show_progress: bool = True, timeout: float 
 
 
 def _check(path: Path, expected: str | None, url: str) -> str:
-    digest = sha256_of(path)
+    digest = file_hash(path)
     if expected and digest != expected:
         bad = path.with_name(path.name + ".bad")
         path.replace(bad)
@@ -242,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def cli() -> int:
     """The console script (pyproject.toml) and ``python -m`` run this."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    return (main())
+    return main()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from adaptive_rag.plumbing.records import Passage
 from data_builders import readers_processed as proc
 from data_builders.readers import CORPUS_FORMATS, detect_format, read_corpus
 from data_builders.readers_release import iter_dpr_passages_tsv
-from data_builders.source_files import Loc, existing_file
+from data_builders.source_files import Loc, existing_file, iter_jsonl
 
 STREAM_FORMATS = ("passages_jsonl", "flashrag_jsonl", "dpr_tsv", "hf_dataset")
 
@@ -44,17 +44,6 @@ def corpus_format(path: str | Path, format: str | None = None) -> str:
         if {"id", "text"} <= keys:
             return "passages_jsonl"
     return detect_format(path)
-
-
-def _iter_jsonl_lines(path: Path) -> Iterator[tuple[Loc, dict]]:
-    with path.open(encoding="utf-8-sig") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield Loc(str(path), line=n), json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"malformed JSON ({e.msg}, column {e.colno})", source=f"{path}, line {n}") from e
 
 
 def _iter_dpr_tsv(path: Path) -> Iterator[Passage]:
@@ -96,10 +85,10 @@ def iter_passages(path: str | Path, format: str | None = None) -> Iterator[Passa
     if fmt == "dpr_tsv":
         yield from _iter_dpr_tsv(p)
     elif fmt == "passages_jsonl":
-        for loc, rec in _iter_jsonl_lines(p):
+        for loc, rec in iter_jsonl(p):
             yield Passage.from_dict(rec, source=loc.source, record=loc.record)
     elif fmt == "flashrag_jsonl":
-        for loc, rec in _iter_jsonl_lines(p):
+        for loc, rec in iter_jsonl(p):
             yield proc.flashrag_passage(rec, loc)
     elif fmt in CORPUS_FORMATS or fmt:
         yield from read_corpus(p, format=fmt)  # formats that come whole: read, merged, then streamed

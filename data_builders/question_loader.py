@@ -131,6 +131,6 @@ def file_hash(path: str | Path) -> str | None:
         return None
     digest = hashlib.sha256()
     with Path(path).open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
+        for chunk in iter(lambda: f.read(1 << 24), b""):
             digest.update(chunk)
     return digest.hexdigest()

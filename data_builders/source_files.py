@@ -76,16 +76,25 @@ def _read_text(path: Path) -> str:
 
 
 def iter_jsonl(path: str | Path) -> Iterator[Record]:
-    """Yield ``(Loc(line=n), object)`` for each non-blank line (n is 1-based)."""
+    """Yield ``(Loc(line=n), object)`` for each non-blank line (n is 1-based). Read a line at a time, so a corpus
+    of millions of passages streams (data_builders.passage_stream)."""
     p = existing_file(path)
-    # Split on "\n" only: str.splitlines() would also split on U+2028 etc. inside strings.
-    for n, line in enumerate(_read_text(p).split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            yield Loc(str(p), line=n), json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"malformed JSON ({e.msg}, column {e.colno})", source=f"{p}, line {n}") from e
+    offset = 0
+    with p.open("rb") as f:
+        # binary lines split on "\n" only: text mode would also split on "\r", and str.splitlines() on U+2028
+        for n, raw in enumerate(f, start=1):
+            try:
+                # utf-8-sig on the first line: tolerate a byte-order mark, which some Windows-edited files carry
+                line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"not UTF-8 ({e.reason} at byte {offset + e.start})", source=f"{p}, line {n}") from e
+            offset += len(raw)
+            if not line.strip():
+                continue
+            try:
+                yield Loc(str(p), line=n), json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"malformed JSON ({e.msg}, column {e.colno})", source=f"{p}, line {n}") from e
 
 
 def load_json_records(path: str | Path) -> list[Record]:

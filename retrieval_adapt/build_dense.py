@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
 def cli() -> int:
     """The console script (pyproject.toml) and ``python -m`` run this."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    return (run_cli(main, resume_hint="finished shards are kept in OUT.build/; rerun the same command to go on"))
+    return run_cli(main, resume_hint="finished shards are kept in OUT.build/; rerun the same command to go on")
 
 
 if __name__ == "__main__":

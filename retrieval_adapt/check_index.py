@@ -24,16 +24,9 @@ from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.progress import bar_options
 from data_builders.passage_stream import iter_passages
+from data_builders.question_loader import file_hash
 from retrieval_adapt.corpus_store import PASSAGES, damaged, load_meta, load_passages, passage_line
 from retrieval_adapt.loading import load_retriever
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 24):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def check_corpus(index_dir: Path, corpus: str, corpus_format: str | None, meta: dict) -> None:
@@ -87,7 +80,7 @@ def check(index_dir: str | Path, corpus: str | None = None, corpus_format: str |
     recorded = meta.get("passages_sha256")
     if recorded is None:
         raise damaged(folder, f"{folder / 'meta.json'} records no content hash (built before check_index existed)")
-    actual = file_sha256(folder / PASSAGES)
+    actual = file_hash(folder / PASSAGES)
     if actual != recorded:
         raise damaged(folder, f"{PASSAGES} has sha256 {actual[:12]}..., the build wrote {recorded[:12]}... "
                               "(changed after the build)")
@@ -111,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def cli() -> int:
     """The console script (pyproject.toml) and ``python -m`` run this."""
-    return (run_cli(main, resume_hint="nothing was written"))
+    return run_cli(main, resume_hint="nothing was written")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def cli() -> int:
     """The console script (pyproject.toml) and ``python -m`` run this."""
-    return (run_cli(main, resume_hint="nothing was written"))
+    return run_cli(main, resume_hint="nothing was written")
 
 
 if __name__ == "__main__":

@@ -86,3 +86,21 @@ def live_pid():
     yield proc.pid
     proc.kill()
     proc.wait()
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory):
+    """A tiny random BERT encoder folder (dense indexes without the real model)."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from adaptive_rag.lm.models import resolve_model
+    from retrieval_adapt.encoders import MeanPoolingEncoder
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("minilm"))
+    bert = BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=32))
+    folder = tmp_path_factory.mktemp("encoder")
+    MeanPoolingEncoder(bert, tokenizer, normalize=True, max_length=32).save(folder)
+    return folder

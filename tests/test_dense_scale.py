@@ -22,23 +22,6 @@ from retrieval_adapt.loading import load_retriever
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def tiny_encoder(tmp_path_factory):
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    from adaptive_rag.lm.models import resolve_model
-    from retrieval_adapt.encoders import MeanPoolingEncoder
-
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model("minilm"))
-    bert = BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                intermediate_size=32))
-    folder = tmp_path_factory.mktemp("encoder")
-    MeanPoolingEncoder(bert, tokenizer, normalize=True, max_length=32).save(folder)
-    return folder
-
-
 def _cfg(tiny_encoder, out, **kw) -> DenseScaleConfig:
     base = {"encoder": str(tiny_encoder), "out": str(out), "shard_size": 150, "max_length": 32, "pq_m": 4,
             "nlist": 8, "nprobe": 2, "train_size": 400, "recall_queries": 60}

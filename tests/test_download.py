@@ -162,7 +162,7 @@ def test_every_source_downloads_and_its_files_read(server, tmp_path, monkeypatch
         assert [len(read_qa(out / rel, fmt)) for rel, fmt in entry["questions"]] == n_questions, name
         assert [len(read_corpus(out / rel, fmt)) for rel, fmt in entry["corpus"]] == n_passages, name
         for file, record in entry["downloads"].items():
-            assert record["sha256"] == dl.sha256_of(root / file) and record["bytes"] == (root / file).stat().st_size
+            assert record["sha256"] == dl.file_hash(root / file) and record["bytes"] == (root / file).stat().st_size
     assert manifest["popqa"]["hub"] == {"repo_id": "akariasai/PopQA", "revision": dl.SOURCES["popqa"].hub["revision"],
                                         "split": "test"}
     first = read_qa(out / manifest["popqa"]["questions"][0][0], "popqa_tsv")[0]

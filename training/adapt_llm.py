@@ -88,10 +88,7 @@ def check_inputs(model_cfg: BaseModelConfig, data_cfg: AdaptDataConfig, train_cf
     check_model_name(model_cfg.base_model, flag="--base_model")
     check_dataset(data_cfg.question_set(), data_cfg.dataset_format)
     for flag, folder in (("--data_dir", data_cfg.data_dir), ("--output_dir", train_cfg.output_dir)):
-        try:
-            check_output_dir(folder)
-        except ConfigError as err:
-            raise ConfigError(str(err).replace("--output_dir", flag, 1)) from err
+        check_output_dir(folder, flag=flag)
     check_data_dir_mode(data_cfg.data_dir, data_cfg.mode)
     if train_cfg.load_in_4bit or train_cfg.load_in_8bit:
         import torch
@@ -160,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def cli() -> int:
     """The console script (pyproject.toml) and ``python -m`` run this."""
-    return (run_cli(main))
+    return run_cli(main)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
 def cli() -> int:
     """The console script (pyproject.toml) and ``python -m`` run this."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    return (run_cli(main, resume_hint="the newest complete checkpoint is kept; rerun the same command to resume"))
+    return run_cli(main, resume_hint="the newest complete checkpoint is kept; rerun the same command to resume")
 
 
 if __name__ == "__main__":

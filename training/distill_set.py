@@ -35,7 +35,6 @@ from tqdm.auto import tqdm
 from adaptive_rag.plumbing.atomic_files import atomic_folder, write_text_atomic
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import config_dict, parse_config, save_config
-from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.record_log import FolderLock, RecordLog, check_same_settings
 from adaptive_rag.plumbing.records import QAExample
 from adaptive_rag.plumbing.retriever import join_query
@@ -181,10 +180,7 @@ def check_inputs(qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, *, models
     """Everything the builder reads, checked before OUT is created: a mistake ends in one line and leaves no
     folder (a config.yaml written first would bind a later, correct run to the wrong settings)."""
     check_dataset(qcfg.question_set(), qcfg.dataset_format)
-    try:
-        check_output_dir(cfg.out)
-    except ConfigError as err:
-        raise ConfigError(str(err).replace("--output_dir", "--out", 1)) from err
+    check_output_dir(cfg.out, flag="--out")
     if not models_given:  # test doubles replace the index and the models
         check_index_folder(cfg.index_dir, cfg.query_encoder, flag="--index_dir")
         check_model_name(cfg.generator, flag="--generator")
@@ -253,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
 def cli() -> int:
     """The console script (pyproject.toml) and ``python -m`` run this."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    return (run_cli(main))
+    return run_cli(main)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from typing import ClassVar, Literal
 
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config, save_config
-from adaptive_rag.plumbing.errors import ConfigError
 from data_builders.question_loader import QuestionsConfig, check_dataset, load_questions
 from inference.commands.eval_checks import check_index_folder, check_model_name, check_output_dir
 from inference.dynamic_rag.methods import PRESETS
@@ -111,10 +110,7 @@ def check_inputs(qcfg: QuestionsConfig, cfg: EvaluateAdaptedConfig, *, retriever
                  generator_given: bool = False) -> None:
     """Everything the evaluation reads, checked before OUT is created: a mistake ends in one line, no folder."""
     check_dataset(qcfg.question_set(), qcfg.dataset_format)
-    try:
-        check_output_dir(cfg.out)
-    except ConfigError as err:
-        raise ConfigError(str(err).replace("--output_dir", "--out", 1)) from err
+    check_output_dir(cfg.out, flag="--out")
     if not retrievers_given:
         check_index_folder(cfg.index_dir, flag="--index_dir")
         if cfg.query_encoder:
@@ -156,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
 def cli() -> int:
     """The console script (pyproject.toml) and ``python -m`` run this."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    return (run_cli(main, resume_hint="the report is written at the end, so nothing was; rerun the same command"))
+    return run_cli(main, resume_hint="the report is written at the end, so nothing was; rerun the same command")
 
 
 if __name__ == "__main__":

@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> None:
 def cli() -> int:
     """The console script (pyproject.toml) and ``python -m`` run this."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    return (run_cli(main, resume_hint="every finished stage is kept in --out; rerun the same command to resume"))
+    return run_cli(main, resume_hint="every finished stage is kept in --out; rerun the same command to resume")
 
 
 if __name__ == "__main__":

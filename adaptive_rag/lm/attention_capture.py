@@ -125,9 +125,11 @@ def capture_attention_forward(module, query, key, value, attention_mask, scaling
         return _shared_head_forward(module, query, key, value, attention_mask, scaling, head, buffer)
     if buffer is None or query.shape[2] != 1:
         if buffer is not None:  # prefill: SDPA for the output, one eager row for the last prompt position
-            buffer.row = buffer.reduced(_last_query_weights(query, key, attention_mask, scaling))
-            if buffer.keep_all:
+            if buffer.keep_all:  # every row (the authors' pass); the last prompt position's is one of them
                 buffer.all_rows = _all_query_weights(query, key, attention_mask, scaling)
+                buffer.row = buffer.reduced(buffer.all_rows[:, :, -1])
+            else:
+                buffer.row = buffer.reduced(_last_query_weights(query, key, attention_mask, scaling))
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
                                       **kwargs)
     weights = _last_query_weights(query, key, attention_mask, scaling)  # (B, H, K): the only query row
@@ -157,12 +159,7 @@ def attention_modules(model) -> list[torch.nn.Module]:
 
 def last_attention_module(model) -> torch.nn.Module:
     """The self-attention module of the model's last decoder layer (found by ``layer_idx``)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    last = base.config.get_text_config().num_hidden_layers - 1
-    for name, module in base.named_modules():
-        if getattr(module, "layer_idx", None) == last and name.endswith(("self_attn", "attention", "attn")):
-            return module
-    raise ValueError(f"cannot find the last layer's attention module in {type(base).__name__}")
+    return attention_modules(model)[-1]
 
 
 def install_capture(model, reduce: HeadReduce = "mean") -> CaptureBuffer:

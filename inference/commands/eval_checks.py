@@ -119,15 +119,15 @@ def check_device(device: str) -> None:
         raise ConfigError(f"--device {device}: MPS is not available on this machine")
 
 
-def check_output_dir(output_dir: str) -> None:
+def check_output_dir(output_dir: str, flag: str = "--output_dir") -> None:
     """A folder, or a path where one can be made: not an existing file, no file on the way to it."""
     path = Path(output_dir)
     if path.exists() and not path.is_dir():
-        raise ConfigError(f"--output_dir {output_dir} is a file, not a folder")
+        raise ConfigError(f"{flag} {output_dir} is a file, not a folder")
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
-                raise ConfigError(f"--output_dir {output_dir}: {parent} is a file, not a folder")
+                raise ConfigError(f"{flag} {output_dir}: {parent} is a file, not a folder")
             if not os.access(parent, os.W_OK | os.X_OK) and not path.exists():
-                raise ConfigError(f"--output_dir {output_dir}: cannot create it, {parent} is not writable")
+                raise ConfigError(f"{flag} {output_dir}: cannot create it, {parent} is not writable")
             break

@@ -337,8 +337,8 @@ def _yaml_keys(path: str) -> set[str]:
 def cli() -> int:
     """The console script (pyproject.toml) and ``python -m`` run this."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    return (run_cli(main, resume_hint="predictions.jsonl in the output folder keeps every finished chunk; rerun "
-                                       "the same command to resume"))
+    return run_cli(main, resume_hint="predictions.jsonl in the output folder keeps every finished chunk; rerun "
+                                      "the same command to resume")
 
 
 if __name__ == "__main__":

@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def cli() -> int:
     """The console script (pyproject.toml) and ``python -m`` run this."""
-    return (run_cli(main))
+    return run_cli(main)
 
 
 if __name__ == "__main__":

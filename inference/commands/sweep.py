@@ -291,7 +291,7 @@ def cli() -> int:
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    return (run_cli(main, resume_hint="every finished point is kept; rerun the same command to resume"))
+    return run_cli(main, resume_hint="every finished point is kept; rerun the same command to resume")
 
 
 if __name__ == "__main__":
