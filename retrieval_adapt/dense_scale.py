@@ -168,7 +168,10 @@ def exact_top_k(shards: list[np.ndarray], queries: np.ndarray, k: int) -> np.nda
             scores = queries @ np.asarray(s, dtype=np.float32).T  # (Q, shard)
             best_s = np.concatenate([best_s, scores], axis=1)
             best_i = np.concatenate([best_i, np.broadcast_to(np.arange(base, base + len(s)), scores.shape)], axis=1)
-            top = np.argsort(-best_s, axis=1, kind="stable")[:, :k]
+            if best_s.shape[1] > k:  # a partial selection: a shard of millions is never sorted whole
+                top = np.argpartition(-best_s, k - 1, axis=1)[:, :k]
+                best_s, best_i = np.take_along_axis(best_s, top, 1), np.take_along_axis(best_i, top, 1)
+            top = np.argsort(-best_s, axis=1, kind="stable")
             best_s, best_i = np.take_along_axis(best_s, top, 1), np.take_along_axis(best_i, top, 1)
         base += len(s)
     return best_i

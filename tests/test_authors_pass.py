@@ -58,3 +58,49 @@ def test_engine_reads_the_authors_pass_when_asked(smol_tokenizer):
     assert words["authors"] == pytest.approx(expected, abs=1e-4)
     assert words["authors"][0] > 1.0  # the round's first word holds position 0 of the pass: the sink
     assert words["in_flight"] != pytest.approx(expected, abs=1e-2)  # rows over the whole prompt differ
+
+
+def test_qfs_reads_the_authors_pass_by_hand():
+    # question + text pass: "Who" "Ġfounded" "ĠKel" "mora" "?" then the round " Osk founded": hit word = round token 0
+    from inference.dynamic_rag.authors_pass import QfsPass
+    from inference.dynamic_rag.queries.qfs import _reference
+    from inference.dynamic_rag.round_view import Event, RoundView
+
+    pieces = ["<s>", "Who", " founded", " Kel", "mora", "?", " Osk", " founded"]
+    weights = torch.zeros(8, 8)
+    weights[5, :6] = torch.tensor([0.5, 0.0, 0.1, 0.2, 0.1, 0.1])  # the row before the hit (position 6)
+    view = RoundView("Who founded Kelmora?", [" Osk", " founded"], [0.5, 0.5], [1.0, 1.0], [], ["x"] * 3,
+                     [True] * 3)
+    view.authors_qfs = QfsPass(pieces, weights, offset=6, bos=1)
+    event = Event(token=0, score=2.0, keep=0, hits=[[0]])
+    # renormalised over positions 1..5 (the BOS's 0.5 dropped): "Kelmora?" (punctuation attached) 0.8, founded 0.2
+    assert _reference(view, event, top_n=1) == "Kelmora?"
+    assert _reference(view, event, top_n=2) == "founded Kelmora?"  # text order; the hit word "Osk" never joins
+
+
+def test_engine_runs_the_qfs_pass_over_question_and_text(smol_tokenizer, monkeypatch):
+    import inference.dynamic_rag.engine as engine_module
+
+    seen = []
+    real = engine_module.last_layer_attention
+
+    def recording(decoder, batch_ids):
+        seen.append([list(ids) for ids in batch_ids])
+        return real(decoder, batch_ids)
+
+    monkeypatch.setattr(engine_module, "last_layer_attention", recording)
+    model = scripted_llama(smol_tokenizer, " Osk founded Kelmora. Then he left:")
+    method = MethodConfig(method="dragin", dragin_profile="reference", theta=0.0, attention_pass="authors",
+                          answer_extraction="project", max_rounds=1)
+    engine = DynamicRAGEngine(model, smol_tokenizer, FakeRetriever(),
+                              PromptBuilder(smol_tokenizer, PromptConfig(prompt_style="paper", num_demos=1)),
+                              method, EngineConfig(batch_size=2, max_new_tokens=12))
+    [record] = engine.run([QAExample("q", "Who founded Kelmora?", ["Osk"])], show_progress=False)
+    assert len(record.retrievals) == 1
+    texts = [smol_tokenizer.decode(ids) for batch in seen for ids in batch]
+    qfs_inputs = [t for t in texts if t.startswith("Who founded Kelmora?")]
+    assert qfs_inputs == ["Who founded Kelmora? Osk founded Kelmora."]  # no demos, no documents: up to the sentence end
+    query = record.retrievals[0].query
+    assert query and set(query.split()) <= {"Who", "founded", "Kelmora?", "Kelmora."}
+    with pytest.raises(ValueError, match="qfs_attention reference"):
+        MethodConfig(method="dragin", dragin_profile="paper", attention_pass="authors")

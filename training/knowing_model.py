@@ -50,7 +50,7 @@ from training.varlen_attention import use_for_padding_free
 logger = logging.getLogger(__name__)
 
 
-def _precision(cfg: KnowingConfig) -> str:
+def _training_precision(cfg: KnowingConfig) -> str:
     if cfg.dtype != "auto":
         return {"bfloat16": "bf16", "float32": "fp32"}.get(cfg.dtype, cfg.dtype)
 
@@ -77,7 +77,7 @@ def train(cfg: KnowingConfig, kw: KnowingWorld, replay: list[dict], out: Path) -
         model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, lora_dropout=0.0,
                                                  target_modules="all-linear", task_type="CAUSAL_LM"))
     use_for_padding_free(model, True)
-    precision = _precision(cfg)
+    precision = _training_precision(cfg)
     args = SFTConfig(output_dir=str(out / "train"), per_device_train_batch_size=cfg.batch_size,
                      num_train_epochs=cfg.epochs, max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
                      lr_scheduler_type="cosine", warmup_steps=0, padding_free=True, max_length=None,

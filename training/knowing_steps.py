@@ -17,6 +17,7 @@ from adaptive_rag.plumbing.atomic_files import write_text_atomic
 from adaptive_rag.plumbing.metrics import contained_accuracy
 from data_builders.adapt_llm_prompts import never_retrieve_prompt, response_text
 from data_builders.knowing_world import KnowingWorld, build_knowing_world, replay_split, statements
+from data_builders.source_files import iter_jsonl
 from data_builders.world import WorldConfig
 from inference.dynamic_rag.prompts import PromptBuilder
 
@@ -34,7 +35,7 @@ class KnowingConfig:
     base_model: str = "smollm2-135m"
     finetune: Literal["full", "lora"] = "full"  # full: every weight; lora: r lora_r on all linear layers
     lora_r: int = 16
-    epochs: float = 4.0
+    epochs: float = 3.0
     learning_rate: float = 1e-4  # the probe's; LoRA needs ~10x more
     batch_size: int = 8
     max_steps: int = -1  # > 0 caps the steps (tests)
@@ -69,7 +70,8 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    """The build's own files (a torn or hand-edited line is a DataError naming its line)."""
+    return [row for _, row in iter_jsonl(path)]
 
 
 def chat_answers(model, tokenizer, questions: list[str], cfg: KnowingConfig, desc: str) -> list[str]:

@@ -1,16 +1,25 @@
-"""The attention DRAGIN's reference code reads (oneal2000/DRAGIN ``generate_attn``): a second forward pass over the
-round's generated text alone, without the prompt or a BOS, so the round's first token sits at position 0 (where an
-attention sink forms) and every row's softmax covers the generated text only. ``attention_pass: authors`` switches
-RIND to it; the project's default reads the rows captured during generation, over the whole prompt.
+"""The attention DRAGIN's reference code reads: two extra forward passes without demos or documents.
 
-The pass is one left-padded batch over every question judged in the same step; only the last layer computes its
-attention weights eagerly (every query row), every other layer runs SDPA, and only the last position's logits are
-computed (they are not used): never a full eager forward.
+* RIND (``generate_attn``): a pass over the round's generated text alone, without the prompt or a BOS, so the
+  round's first token sits at position 0 (where an attention sink forms) and every row's softmax covers the
+  generated text only.
+* QFS (``keep_real_words``): a pass over question + answer so far + this round up to the end of the triggering
+  sentence (``tokenizer.encode``, so with a BOS where the tokenizer adds one); the query words are drawn from it.
+
+``attention_pass: authors`` switches both to these passes; the project's default reads the rows captured during
+generation, over the whole prompt. Each pass is one left-padded batch over every question judged (RIND) or
+retrieving (QFS) in the same step; only the last layer computes its attention weights eagerly (every query row),
+every other layer runs SDPA, and only the last position's logits are computed (they are not used): never a full
+eager forward.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+from adaptive_rag.lm.tokenization import adds_bos, prompt_ids
 
 
 @torch.no_grad()
@@ -46,3 +55,26 @@ def authors_token_attention(weights: torch.Tensor, how: str, head_reduce: str = 
         return weights.amax(dim=1).mean(dim=0)
     reduced = weights.amax(dim=0) if head_reduce == "max" else weights.mean(dim=0)  # (T, T)
     return reduced.tril(-1).amax(dim=0) if reduced.shape[0] > 1 else torch.zeros(reduced.shape[0])
+
+
+@dataclass
+class QfsPass:
+    """The authors' QFS input for one retrieval: its tokens' pieces, the last layer's head-averaged attention over
+    them (T, T), and where this round's first generated token sits in it."""
+
+    pieces: list[str]
+    weights: torch.Tensor
+    offset: int
+    bos: int  # leading special tokens (the BOS): never a query word
+
+
+def qfs_pass_ids(tokenizer, question: str, prior: str, round_ids: list[int],
+                 first_piece: str) -> tuple[list[int], int, int]:
+    """(ids, offset, bos) of question + " " + answer so far + this round's tokens (``first_piece``: the round's first
+    token as text): the round's own ids are kept, so a hit word's tokens sit at ``offset`` + their round index."""
+    head = " ".join(s for s in (question.strip(), prior.strip()) if s)
+    if first_piece and not first_piece[:1].isspace():
+        head += " "  # the authors join the pieces with spaces; a round opening without one must not fuse
+    ids = prompt_ids(tokenizer, head)
+    bos = int(adds_bos(tokenizer) and ids[:1] == [tokenizer.bos_token_id])
+    return ids + list(round_ids), len(ids), bos

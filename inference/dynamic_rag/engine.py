@@ -27,7 +27,7 @@ from adaptive_rag.lm.tokenization import prompt_ids
 from adaptive_rag.plumbing import dragin_eval
 from adaptive_rag.plumbing.records import Passage, PredictionRecord, QAExample, RetrievalRecord
 from adaptive_rag.plumbing.retriever import Retriever
-from inference.dynamic_rag.authors_pass import authors_token_attention, last_layer_attention
+from inference.dynamic_rag.authors_pass import QfsPass, authors_token_attention, last_layer_attention, qfs_pass_ids
 from inference.dynamic_rag.dragin_settings import DEFAULT_MAX_NEW_TOKENS
 from inference.dynamic_rag.methods import MethodConfig
 from inference.dynamic_rag.prompts import PromptBuilder
@@ -192,19 +192,28 @@ class DynamicRAGEngine:
         send back to the queue the rounds that only had to write the sentence their documents were for."""
         finished, leaving = [], []
         synced = [self._sync(seq) for seq in list(self.decoder.seqs)]
-        if self.method.attention_pass == "authors":
+        authors = self.method.attention_pass == "authors"
+        if authors:
             self._authors_pass(synced)
-        for seq, stop, sentence_end, final in synced:
+        events: dict[int, Event] = {}
+        for seq, _, sentence_end, final in synced:
             st: QuestionState = seq.key
+            if not (st.docs_round and (sentence_end or final)) and not st.regenerating \
+                    and len(st.retrievals) < self.method.max_rounds:
+                event = check_trigger(st.view, self.method, sentence_end=sentence_end, final=final)
+                if event is not None:
+                    events[id(seq)] = event
+        if authors and events and self.method.query == "qfs":
+            self._authors_qfs_pass([(seq, events[id(seq)]) for seq, *_ in synced if id(seq) in events])
+        for seq, stop, sentence_end, final in synced:
+            st = seq.key
             view = st.view
             if st.docs_round and (sentence_end or final):
                 self._end_docs_round(st, seq, final, finished, leaving, waiting)
                 continue
-            event = None
             if st.regenerating:
                 final = seq.done or stop is not None  # eval.py generates its 20 tokens to the end, then cuts
-            elif len(st.retrievals) < self.method.max_rounds:
-                event = check_trigger(view, self.method, sentence_end=sentence_end, final=final)
+            event = events.get(id(seq))
             if event is not None:
                 query = form_query(view, event, self.method)
                 self._keep_signals(st, view, event.keep, event, query)
@@ -233,6 +242,19 @@ class DynamicRAGEngine:
             seq.key.view.authors_attention = authors_token_attention(w, self.method.rind_attention,
                                                                      self.cfg.head_reduce)
 
+    def _authors_qfs_pass(self, fired: list[tuple[Sequence, Event]]) -> None:
+        """One batched pass over question + answer so far + the round up to the end of each triggering sentence:
+        the attention the reference code's QFS reads (inference/dynamic_rag/authors_pass.py)."""
+        inputs = []
+        for seq, event in fired:
+            view = seq.key.view
+            end = view.sentence_end(event.token)
+            inputs.append(qfs_pass_ids(self.tokenizer, view.question, seq.key.prior, seq.gen_ids[:end],
+                                       view.pieces[0] if view.pieces else ""))
+        weights = last_layer_attention(self.decoder, [ids for ids, _, _ in inputs])
+        for (seq, _), (ids, offset, bos), w in zip(fired, inputs, weights):
+            seq.key.view.authors_qfs = QfsPass(self.text.pieces(ids), w.mean(dim=0), offset, bos)
+
     def _sync(self, seq: Sequence) -> tuple[Sequence, int | None, bool, bool]:
         """Bring the sequence's view up to the tokens fed so far; returns (seq, stop, sentence_end, final)."""
         st: QuestionState = seq.key
@@ -249,7 +271,7 @@ class DynamicRAGEngine:
             view.truncate(n_fed)
         view.prompt_row = seq.prompt_row
         view.probs, view.entropies, view.rows = seq.probs[:n_fed], seq.entropies[:n_fed], seq.rows[:n_fed]
-        view.authors_attention = None  # a pass over fewer tokens is stale
+        view.authors_attention = view.authors_qfs = None  # a pass over fewer tokens is stale
         sentence_end = ends_sentence(view.text, nxt) if view.pieces else False
         final = seq.done or stop is not None or self._answer_complete(st, view.text, sentence_end)
         return seq, stop, sentence_end, final

@@ -150,8 +150,9 @@ class SharedSettings:
     # pass do_sample=False: Llama-2 chat samples at T 0.6, top-p 0.9), seeded; entropies then of the processed scores
     sampling: Literal["greedy", "checkpoint"] = "greedy"
     sampling_seed: int = 0
-    # where RIND's attention comes from: in_flight (rows captured during generation, over prompt + text) or authors
-    # (DRAGIN's second pass over the round's generated text alone; inference/dynamic_rag/authors_pass.py)
+    # where RIND's and QFS's attention come from: in_flight (rows captured during generation, over prompt + text) or
+    # authors (DRAGIN's extra passes: RIND over the round's generated text alone, QFS over question + text + the
+    # triggering sentence; inference/dynamic_rag/authors_pass.py)
     attention_pass: Literal["in_flight", "authors"] = "in_flight"
     # which of the authors' model configs gives the reference profile's θ, top-n, length and demo count
     # (inference/dynamic_rag/dragin_settings.py). None: read from the model's name (13b, vicuna; else Llama2-7b-chat)

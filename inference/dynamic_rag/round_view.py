@@ -27,6 +27,8 @@ class RoundView:
     head_reduce: str = "mean"  # how to reduce rows kept per head (H, positions) for the paper's formulas
     # attention_pass authors: per generated token, the attention it receives in a pass over the round's text alone
     authors_attention: torch.Tensor | None = None
+    # attention_pass authors, set when a trigger fired: the QFS pass over question + text + the triggering sentence
+    authors_qfs: Any = None  # inference.dynamic_rag.authors_pass.QfsPass
 
     @property
     def text(self) -> str:

@@ -30,6 +30,9 @@ class Qfs(QueryFormer):
     def validate(self, cfg) -> None:
         if (cfg.qfs_top_n or 1) <= 0:
             raise ValueError("qfs_top_n must be positive")
+        if getattr(cfg, "attention_pass", "in_flight") == "authors" and cfg.qfs_attention != "reference":
+            raise ValueError("attention_pass 'authors' gives QFS the reference code's pass, read by its formula: "
+                             "use qfs_attention reference (the reference profile's), or attention_pass in_flight")
 
     def form(self, view: RoundView, event: Event, cfg) -> str:
         top_n = cfg.qfs_top_n or PAPER_QFS_TOP_N
@@ -44,9 +47,15 @@ class Qfs(QueryFormer):
 def _reference(view: RoundView, event: Event, top_n: int) -> str:
     """The reference's QFS over question + answer so far + this round up to the end of the triggering sentence;
     hit words whose preceding row is missing (token 0 without a prefill row) fall back to their own row."""
-    p = len(view.prompt_pieces)
     end = view.sentence_end(event.token)
     hits = event.hits or [[event.token]]
+    qp = view.authors_qfs
+    if qp is not None:  # attention_pass authors: the reference's own pass, without demos or documents
+        rows = [[qp.weights[qp.offset + t - 1] for t in word] for word in hits]
+        return signals.qfs_query_reference(rows, [qp.offset + word[0] for word in hits], qp.pieces[:qp.offset + end],
+                                           [i >= qp.bos for i in range(qp.offset + end)],
+                                           {qp.offset + t for word in hits for t in word}, top_n)
+    p = len(view.prompt_pieces)
     rows_before = [[view.row_before(t) if view.row_before(t) is not None else reduce_heads(view.rows[t], "mean")
                     for t in word] for word in hits]
     exclude = {p + t for word in hits for t in word}
