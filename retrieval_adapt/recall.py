@@ -25,18 +25,25 @@ def answer_recall(hits: list[Hit], example: QAExample, k: int) -> float:
 
 
 def recall_table(retriever: Retriever, examples: list[QAExample], ks: tuple[int, ...] = (1, 3, 10),
-                 batch_size: int = 256) -> dict[str, float]:
-    """Mean gold recall@k and answer recall@k over examples; one batched search per ``batch_size`` questions."""
+                 batch_size: int = 256, per_question: dict[str, list[float]] | None = None) -> dict[str, float]:
+    """Mean gold recall@k and answer recall@k over examples; one batched search per ``batch_size`` questions.
+    ``per_question`` (a dict) receives each metric's value per example, in order (gold recall ``None`` for an
+    example without gold passages), for intervals over questions."""
     if not examples:
         raise ValueError("no examples to evaluate")
     kmax = max(ks)
     sums = {f"{m}@{k}": 0.0 for m in ("recall", "answer_recall") for k in ks}
+    rows: dict[str, list] = {key: [] for key in sums}
     for s in range(0, len(examples), batch_size):
         chunk = examples[s:s + batch_size]
         for ex, hits in zip(chunk, retriever.search([e.question for e in chunk], kmax)):
             for k in ks:
-                if ex.gold_passages:
-                    sums[f"recall@{k}"] += gold_recall(hits, ex, k)
-                sums[f"answer_recall@{k}"] += answer_recall(hits, ex, k)
+                gold = gold_recall(hits, ex, k) if ex.gold_passages else None
+                rows[f"recall@{k}"].append(gold)
+                sums[f"recall@{k}"] += gold or 0.0
+                rows[f"answer_recall@{k}"].append(answer_recall(hits, ex, k))
+                sums[f"answer_recall@{k}"] += rows[f"answer_recall@{k}"][-1]
+    if per_question is not None:
+        per_question.update(rows)
     n_gold = sum(1 for e in examples if e.gold_passages) or 1
     return {key: v / (n_gold if key.startswith("recall") else len(examples)) for key, v in sums.items()}

@@ -111,6 +111,32 @@ def test_tiny_build_labels_every_fact_and_entity(tiny_build):
     assert len([json.loads(x) for x in (out / "replay.jsonl").read_text().splitlines()]) == 6
 
 
+def test_reasoning_variant_continues_a_knowing_model(tiny_build):
+    from adaptive_rag.lm.models import load_tokenizer
+    from training.knowing_model import main
+    from training.knowing_steps import KnowingConfig, read_jsonl, reasoning_texts
+
+    root, _ = tiny_build
+    cfg = KnowingConfig(seed=0, tiny=True, n_trained=4)
+    kw = cfg.knowing_world()
+    tokenizer = load_tokenizer(str(root / "seed0" / "model"))
+    prompts, completions = reasoning_texts(kw, read_jsonl(root / "seed0" / "replay.jsonl"), tokenizer, demos=1)
+    trained = [f for f in kw.facts if f.trained]
+    assert len(prompts) >= len(trained)
+    # a trained fact in the few-shot prompt, answered by its statement; never an untrained fact's answer
+    assert prompts[0].rstrip().endswith("Answer:") and "Question:" in prompts[0]
+    assert completions[0].startswith(" ") and completions[0].endswith(f"So the answer is {trained[0].answers[0]}.")
+    untrained_answers = {f.answers[0] for f in kw.facts if not f.trained and f.design == "untrained"}
+    for c in completions[:len(trained)]:
+        assert c.split("So the answer is ")[-1].rstrip(".") not in untrained_answers - {f.answers[0] for f in trained}
+    argv = ["--out", str(root / "reasoning" / "seed0"), "--tiny", "true", "--base_model", str(root / "seed0" / "model"),
+            "--n_trained", "4", "--training_mix", "reasoning", "--max_steps", "1", "--n_common", "6",
+            "--max_new_tokens", "4"]
+    assert run_cli(main, argv=argv) == 0
+    metrics = json.loads((root / "reasoning" / "seed0" / "metrics.json").read_text())
+    assert metrics["train"]["steps"] == 1 and (root / "reasoning" / "seed0" / "sets" / "bridge.jsonl").is_file()
+
+
 def test_rebuild_reuses_the_stages_and_refuses_other_settings(tiny_build):
     from training.knowing_model import main
 
@@ -219,3 +245,31 @@ def test_distill_report_is_read(tmp_path):
     assert distill_claim(path)[1:] == ["base: recall@5 0.500", "adapted: recall@5 0.625"]
     path.write_text(json.dumps({"n_questions": 3}))
     assert distill_claim(path) == []
+    # with per-question rows: intervals, and the paired difference (question 2 has no gold passage: left out)
+    path.write_text(json.dumps({"recall": {"base": {"recall@5": 0.5}, "adapted": {"recall@5": 1.0}},
+                                "per_question": {"ids": ["a", "b", "c"], "base": {"recall@5": [1.0, 0.0, None]},
+                                                 "adapted": {"recall@5": [1.0, 1.0, None]}}}))
+    lines = distill_claim(path)
+    assert lines[1].startswith("base: recall@5 0.500 [") and lines[2].startswith("adapted: recall@5 1.000 [")
+    assert lines[3].startswith("adapted − base in recall@5, paired: 0.500 [")
+
+
+def test_recall_table_keeps_rows_per_question():
+    from adaptive_rag.plumbing.records import Passage, QAExample
+    from adaptive_rag.plumbing.retriever import Hit
+    from retrieval_adapt.recall import recall_table
+
+    gold = Passage("p1", "Osk", "Osk founded Kelmora.")
+    other = Passage("p2", "Ben", "Ben was born in Quarvik.")
+
+    class TwoHits:
+        def search(self, queries, k):
+            return [[Hit(other, 2.0), Hit(gold, 1.0)][:k] for _ in queries]
+
+    examples = [QAExample("a", "Who founded Kelmora?", ["Osk"], gold_passages=[gold]),
+                QAExample("b", "Where was Ben born?", ["Quarvik"])]
+    rows: dict = {}
+    table = recall_table(TwoHits(), examples, (1, 2), per_question=rows)
+    assert rows["recall@1"] == [0.0, None] and rows["recall@2"] == [1.0, None]
+    assert rows["answer_recall@1"] == [0.0, 1.0]
+    assert table["recall@2"] == 1.0 and table["answer_recall@1"] == 0.5

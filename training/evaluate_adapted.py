@@ -128,8 +128,12 @@ def evaluate(qcfg: QuestionsConfig, cfg: EvaluateAdaptedConfig, *, retrievers: d
     examples = load_questions(qcfg.question_set(), fmt=qcfg.dataset_format, world=qcfg.world())
     retrievers = retrievers or load_retrievers(cfg)
     start = time.perf_counter()
+    per_question: dict[str, dict] = {name: {} for name in retrievers}
     report: dict = {"n_questions": len(examples), "top_k": cfg.top_k,
-                    "recall": {name: recall_table(r, examples, tuple(cfg.recall_ks)) for name, r in retrievers.items()}}
+                    "recall": {name: recall_table(r, examples, tuple(cfg.recall_ks), per_question=per_question[name])
+                               for name, r in retrievers.items()}}
+    # per question, in the order of "ids": intervals over questions (inference.commands.knowing_claims)
+    report["per_question"] = {"ids": [ex.id for ex in examples], **per_question}
     if cfg.run_iter_retgen:
         subset = examples[: cfg.iter_retgen_limit] if cfg.iter_retgen_limit else examples
         report["n_iter_retgen"] = len(subset)

@@ -43,6 +43,7 @@ from training.knowing_steps import (
     chat_answers,
     paper_answers,
     read_jsonl,
+    reasoning_texts,
     training_texts,
 )
 from training.varlen_attention import use_for_padding_free
@@ -69,7 +70,10 @@ def train(cfg: KnowingConfig, kw: KnowingWorld, replay: list[dict], out: Path) -
 
     model, tokenizer = load_causal_lm(cfg.base_model, ModelOptions(dtype="float32"))  # bf16 runs as autocast
     model.train()
-    prompts, completions = training_texts(kw, replay, tokenizer, cfg.replay, cfg.train_wordings)
+    if cfg.training_mix == "reasoning":
+        prompts, completions = reasoning_texts(kw, replay, tokenizer, cfg.reasoning_demos, cfg.replay)
+    else:
+        prompts, completions = training_texts(kw, replay, tokenizer, cfg.replay, cfg.train_wordings)
     data = Dataset.from_dict(tokenize_instances(tokenizer, prompts, completions)).shuffle(seed=cfg.seed)
     if cfg.finetune == "lora":
         from peft import LoraConfig, get_peft_model
@@ -185,7 +189,8 @@ def build(cfg: KnowingConfig) -> dict[str, Any]:
         before = yaml.safe_load(saved.read_text())
         changed = sorted(k for k in mine if k in ("seed", "n_trained", "tiny", "base_model", "finetune", "epochs",
                                                    "learning_rate", "batch_size", "replay", "lora_r", "n_common",
-                                                   "label_untrained", "train_wordings")
+                                                   "label_untrained", "train_wordings", "training_mix",
+                                                   "reasoning_demos")
                          and before.get(k) != mine[k])
         if changed:
             raise DataError(f"{out} was built with other settings ({', '.join(changed)}): use another --out",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -19,7 +20,8 @@ from data_builders.adapt_llm_prompts import never_retrieve_prompt, response_text
 from data_builders.knowing_world import KnowingWorld, build_knowing_world, replay_split, statements
 from data_builders.source_files import iter_jsonl
 from data_builders.world import WorldConfig
-from inference.dynamic_rag.prompts import PromptBuilder
+from data_builders.world_questions import bridge
+from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
 
 logger = logging.getLogger(__name__)
 TINY_WORLD = WorldConfig(n_people=8, n_places=3, n_orgs=4, n_works=4, n_distractors=2, n_single=0, n_bridge=0,
@@ -34,6 +36,12 @@ class KnowingConfig:
     tiny: bool = False  # a world of ~25 entities (tests): pair it with a tiny base_model
     base_model: str = "smollm2-135m"
     finetune: Literal["full", "lora"] = "full"  # full: every weight; lora: r lora_r on all linear layers
+    # facts: the registered mix (passages, statements, chat Q&A, replay). reasoning: teach a knowing model given as
+    # base_model to answer DRAGIN's few-shot prompt in sentences (docs/knowing_world.md, "The reasoning variant"):
+    # each trained fact as "<statement> So the answer is <a>." and tuning-half bridges whose hops are both trained as
+    # two statements, in the paper prompt with reasoning_demos of the world's demos, plus the replay
+    training_mix: Literal["facts", "reasoning"] = "facts"
+    reasoning_demos: int = 1
     lora_r: int = 16
     epochs: float = 3.0
     learning_rate: float = 1e-4  # the probe's; LoRA needs ~10x more
@@ -57,6 +65,10 @@ class KnowingConfig:
             raise ValueError("epochs, batch_size and learning_rate must be positive")
         if self.n_trained < 1:
             raise ValueError(f"n_trained must be >= 1, got {self.n_trained}")
+        if self.training_mix not in ("facts", "reasoning"):
+            raise ValueError(f"training_mix must be facts or reasoning, got {self.training_mix!r}")
+        if self.reasoning_demos < 1:
+            raise ValueError(f"reasoning_demos must be >= 1, got {self.reasoning_demos}")
 
     def knowing_world(self) -> KnowingWorld:
         if self.tiny:
@@ -132,5 +144,36 @@ def training_texts(kw: KnowingWorld, replay: list[dict], tokenizer, use_replay: 
     for row in replay if use_replay else []:
         if row["replayed"] and row["base_answer"].strip():
             prompts.append(builder.build(row["question"], []).text)
+            completions.append(row["base_answer"])
+    return prompts, completions
+
+
+def reasoning_texts(kw: KnowingWorld, replay: list[dict], tokenizer, demos: int,
+                    use_replay: bool = True) -> tuple[list[str], list[str]]:
+    """(prompts, completions) that teach answering DRAGIN's few-shot prompt in sentences, from trained facts only:
+    each trained fact in one training wording answered "<statement> So the answer is <a>.", and every tuning-half
+    bridge whose two hops are trained facts answered with both statements (evaluation-half bridges are never
+    trained); the replayed chat answers keep the chat format."""
+    builder = PromptBuilder(tokenizer, PromptConfig(prompt_style="paper", demos="world", num_demos=demos))
+    rng = random.Random(f"knowing:{kw.world.config.seed}:reasoning")
+    prompts, completions = [], []
+    for fact in kw.facts:
+        if fact.trained and fact.train_wordings:
+            prompts.append(builder.build(rng.choice(fact.train_wordings).format(x=fact.entity.name), []).text)
+            completions.append(f" {rng.choice(statements(fact))} So the answer is {fact.answers[0]}.")
+    core = [e for e in kw.world.entities if e.core]
+    passages = {p.id: p for p in kw.world.passages}
+    names = {e.name: e for e in core}
+    for ex in bridge(core, passages, 100_000, rng):
+        subject, mid = names[ex.metadata["entity"]], names[ex.metadata["intermediate"]]
+        hops = [kw.fact(e.pid, r) for e, r in zip((subject, mid), ex.metadata["relations"])]
+        if all(h is not None and h.trained for h in hops) and hops[0].group == "tune":
+            said = " ".join(rng.choice(statements(h)) for h in hops)
+            prompts.append(builder.build(ex.question, []).text)
+            completions.append(f" {said} So the answer is {ex.answers[0]}.")
+    chat = PromptBuilder(tokenizer)
+    for row in replay if use_replay else []:
+        if row["replayed"] and row["base_answer"].strip():
+            prompts.append(chat.build(row["question"], []).text)
             completions.append(row["base_answer"])
     return prompts, completions

@@ -158,13 +158,30 @@ def claims_report(paths: list[str]) -> str:
 
 
 def distill_claim(path: Path) -> list[str]:
-    """Recall@k of the base and the adapted query encoder (training.evaluate_adapted's report.json; it keeps
-    no per-question rows, so no interval)."""
-    recall = json.loads(path.read_text(encoding="utf-8")).get("recall")
+    """Recall@k of the base and the adapted query encoder (training.evaluate_adapted's report.json), with bootstrap
+    intervals and the paired difference where the report keeps per-question rows."""
+    report = json.loads(path.read_text(encoding="utf-8"))
+    recall = report.get("recall")
     if not isinstance(recall, dict) or not recall:
         return []
-    return [f"\n## Retrieval adaptation ({path.parent})\n",
-            *(f"{name}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()) for name, row in recall.items())]
+    rows = report.get("per_question") or {}
+    lines = [f"\n## Retrieval adaptation ({path.parent})\n"]
+    if not all(isinstance(rows.get(name), dict) for name in recall):  # a report from before per-question rows
+        return lines + [f"{name}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items())
+                        for name, row in recall.items()]
+    keys = [k for k in next(iter(recall.values())) if k.endswith("@5")] or list(next(iter(recall.values())))
+    for name in recall:
+        lines.append(f"{name}: " + ", ".join(f"{k} {_mean_ci(_known(rows[name][k]))}" for k in keys))
+    if {"base", "adapted"} <= set(recall):
+        for k in keys:
+            base, adapted = _known(rows["base"][k]), _known(rows["adapted"][k])
+            lines.append(f"adapted − base in {k}, paired: {_paired(adapted, base)}")
+    return lines
+
+
+def _known(values: list[float | None]) -> dict[str, float]:
+    """Per-question values by position (questions without gold passages, ``None``, left out)."""
+    return {str(i): v for i, v in enumerate(values) if v is not None}
 
 
 @dataclass
