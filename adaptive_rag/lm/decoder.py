@@ -205,7 +205,7 @@ class BatchDecoder:
         """Next token, its probability and the entropy, greedy or by ``self.sampler``: (B, V) -> three (B,)."""
         if self.sampler is not None:
             return self.sampler.choose(logits)
-        return _choice_from_logp(torch.log_softmax(logits.float(), dim=-1) if logp is None else logp)
+        return _entropy_and_choice(logits) if logp is None else _choice_from_logp(logp)
 
     def _record_choice(self, seq: Sequence, token: int, prob: float, entropy: float) -> None:
         if token in self.stop_token_ids:

@@ -230,9 +230,14 @@ def round_word_signals(view, cfg) -> list[WordScore]:
     """RIND's per-word entropy, attention and stopword flag for one round (a
     :class:`inference.dynamic_rag.round_view.RoundView`):
     attention per ``cfg.rind_attention``, renormalised per ``cfg.rind_normalisation``, words aggregated per
-    ``cfg.entropy_agg`` / ``cfg.attention_agg``. The RIND trigger decides from them; the trace view shows them."""
+    ``cfg.entropy_agg`` / ``cfg.attention_agg``. The RIND trigger decides from them; the trace view shows them
+    (the same step asks twice with ``keep_signals``: the second call reuses the first's words)."""
     n, prompt_len = len(view.pieces), len(view.prompt_pieces)
     authors = getattr(view, "authors_attention", None)
+    key = (view.rows, view.entropies, authors, cfg)  # the same objects: the same step, nothing changed since
+    cached = getattr(view, "__dict__", {}).get("_word_signals")
+    if cached is not None and cached[0] == n and all(a is b for a, b in zip(cached[1], key)):
+        return cached[2]
     if getattr(cfg, "attention_pass", "in_flight") == "authors" and authors is not None and len(authors) >= n:
         # the reference's second pass over the generated text (inference/dynamic_rag/authors_pass.py)
         attention = authors[:n]
@@ -248,4 +253,6 @@ def round_word_signals(view, cfg) -> list[WordScore]:
                              attention_agg=cfg.attention_agg)
     if cfg.rind_normalisation == "reference":
         words = renormalise_like_reference(words, [view.sentence_start(w.tokens[0]) for w in words])
+    if hasattr(view, "__dict__"):
+        view.__dict__["_word_signals"] = (n, key, words)
     return words

@@ -56,7 +56,7 @@ def _reference(view: RoundView, event: Event, top_n: int) -> str:
                                            [i >= qp.bos for i in range(qp.offset + end)],
                                            {qp.offset + t for word in hits for t in word}, top_n)
     p = len(view.prompt_pieces)
-    rows_before = [[view.row_before(t) if view.row_before(t) is not None else reduce_heads(view.rows[t], "mean")
+    rows_before = [[row if (row := view.row_before(t)) is not None else reduce_heads(view.rows[t], "mean")
                     for t in word] for word in hits]
     exclude = {p + t for word in hits for t in word}
     return signals.qfs_query_reference(rows_before, [p + word[0] for word in hits],
