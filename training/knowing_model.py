@@ -13,6 +13,7 @@ sets and corpus of :mod:`data_builders.knowing_sets` under ``sets/``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -187,11 +188,12 @@ def build(cfg: KnowingConfig) -> dict[str, Any]:
     mine = {k: v for k, v in vars(cfg).items() if k not in ("out",)}
     if saved.is_file():
         before = yaml.safe_load(saved.read_text())
+        defaults = {f.name: f.default for f in dataclasses.fields(KnowingConfig)}
         changed = sorted(k for k in mine if k in ("seed", "n_trained", "tiny", "base_model", "finetune", "epochs",
                                                    "learning_rate", "batch_size", "replay", "lora_r", "n_common",
                                                    "label_untrained", "train_wordings", "training_mix",
                                                    "reasoning_demos")
-                         and before.get(k) != mine[k])
+                         and before.get(k, defaults.get(k)) != mine[k])  # a key added later: its default
         if changed:
             raise DataError(f"{out} was built with other settings ({', '.join(changed)}): use another --out",
                             source=str(saved))
