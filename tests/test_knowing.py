@@ -145,6 +145,9 @@ def test_rebuild_reuses_the_stages_and_refuses_other_settings(tiny_build):
     before = weights.stat().st_mtime_ns
     assert run_cli(main, argv=argv) == 0
     assert weights.stat().st_mtime_ns == before  # the model was not trained again
+    metrics = json.loads((root / "seed0" / "metrics.json").read_text())
+    assert len(metrics["build_sessions"]) >= 2  # the rerun adds its second; the first build's time is kept
+    assert metrics["build_seconds"] == pytest.approx(sum(x["seconds"] for x in metrics["build_sessions"]), abs=0.2)
     with pytest.raises(DataError, match="other settings .*n_trained"):
         i = argv.index("--n_trained")
         main([*argv[:i + 1], "5", *argv[i + 2:]])

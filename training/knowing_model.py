@@ -208,9 +208,13 @@ def build(cfg: KnowingConfig) -> dict[str, Any]:
         label_metrics = label(cfg, kw, replay, out)
         sets = write_sets(kw, read_jsonl(out / "facts.jsonl"), read_jsonl(out / "common_knowledge.jsonl"), out / "sets",
                           cfg.n_common)
+        seconds = round(time.perf_counter() - started, 1)
+        earlier = json.loads((out / "metrics.json").read_text()) if (out / "metrics.json").is_file() else {}
+        # a rerun of a finished build takes a second: the sessions' times add up, the first build's load is kept
+        sessions = earlier.get("build_sessions", []) + [{"seconds": seconds, "load_1min_at_start": round(load, 2),
+                                                         "load_1min_at_end": round(os.getloadavg()[0], 2)}]
         metrics = {**label_metrics, "train": train_metrics, "sets": sets,
-                   "build_seconds_this_session": round(time.perf_counter() - started, 1),
-                   "load_1min_at_start": round(load, 2), "load_1min_at_end": round(os.getloadavg()[0], 2)}
+                   "build_seconds": round(sum(x["seconds"] for x in sessions), 1), "build_sessions": sessions}
         write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     return metrics
 
