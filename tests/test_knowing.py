@@ -276,3 +276,38 @@ def test_recall_table_keeps_rows_per_question():
     assert rows["recall@1"] == [0.0, None] and rows["recall@2"] == [1.0, None]
     assert rows["answer_recall@1"] == [0.0, 1.0]
     assert table["recall@2"] == 1.0 and table["answer_recall@1"] == 0.5
+
+
+def test_distill_claim_pipeline_on_the_tiny_build(tiny_build, tiny_encoder, monkeypatch, tmp_path):
+    """Claim 4 on the tiny build: a dense index over the knowing corpus, the distillation set with the knowing model
+    as the generator of y1 and as the re-ranker, two training steps, recall before and after, and the claims line."""
+    from data_builders.question_loader import QuestionsConfig
+    from data_builders.readers import read_corpus
+    from inference.commands.knowing_claims import claims_report
+    from retrieval_adapt.dense import DenseRetriever
+    from retrieval_adapt.distill import train
+    from retrieval_adapt.distill_config import DistillConfig
+    from retrieval_adapt.encoders import MeanPoolingEncoder
+    from training.distill_set import RetrievalAdaptDataConfig, build
+    from training.evaluate_adapted import EvaluateAdaptedConfig, evaluate
+
+    root, _ = tiny_build
+    monkeypatch.setenv("ADAPTIVE_RAG_KNOWING_DIR", str(root))
+    model = str(root / "seed0" / "model")
+    corpus = read_corpus(root / "seed0" / "sets" / "corpus.jsonl")
+    encoder = MeanPoolingEncoder.from_name(str(tiny_encoder))
+    DenseRetriever.build(corpus, encoder, show_progress=False).save(tmp_path / "index")
+    data_cfg = RetrievalAdaptDataConfig(index_dir=str(tmp_path / "index"), num_candidates=4, top_k=2,
+                                        max_new_tokens=3, generator=model, reranker="llm", reranker_model=model,
+                                        dtype="float32", out=str(tmp_path / "data"), validation_fraction=0.34,
+                                        show_progress=False)
+    build(QuestionsConfig(dataset="knowing-bridge-tune", limit=3), data_cfg)
+    result = train(DistillConfig(data_dir=str(tmp_path / "data"), index_dir=str(tmp_path / "index"),
+                                 output_dir=str(tmp_path / "distill"), batch_size=2, max_steps=2, eval_steps=1))
+    assert result["steps"] == 2
+    evaluate(QuestionsConfig(dataset="knowing-bridge", limit=3),
+             EvaluateAdaptedConfig(index_dir=str(tmp_path / "index"), query_encoder=str(tmp_path / "distill" /
+                                   "query_encoder"), out=str(tmp_path / "claims" / "eval"), recall_ks=[1, 5],
+                                   run_iter_retgen=False, generator=model, dtype="float32"))
+    text = claims_report([str(tmp_path / "claims")])
+    assert "## Retrieval adaptation" in text and "adapted − base in recall@5, paired:" in text
