@@ -32,18 +32,15 @@ def recall_table(retriever: Retriever, examples: list[QAExample], ks: tuple[int,
     if not examples:
         raise ValueError("no examples to evaluate")
     kmax = max(ks)
-    sums = {f"{m}@{k}": 0.0 for m in ("recall", "answer_recall") for k in ks}
-    rows: dict[str, list] = {key: [] for key in sums}
+    rows: dict[str, list] = {f"{m}@{k}": [] for m in ("recall", "answer_recall") for k in ks}
     for s in range(0, len(examples), batch_size):
         chunk = examples[s:s + batch_size]
         for ex, hits in zip(chunk, retriever.search([e.question for e in chunk], kmax)):
             for k in ks:
-                gold = gold_recall(hits, ex, k) if ex.gold_passages else None
-                rows[f"recall@{k}"].append(gold)
-                sums[f"recall@{k}"] += gold or 0.0
+                rows[f"recall@{k}"].append(gold_recall(hits, ex, k) if ex.gold_passages else None)
                 rows[f"answer_recall@{k}"].append(answer_recall(hits, ex, k))
-                sums[f"answer_recall@{k}"] += rows[f"answer_recall@{k}"][-1]
     if per_question is not None:
         per_question.update(rows)
+    sums = {key: sum(v for v in values if v is not None) for key, values in rows.items()}
     n_gold = sum(1 for e in examples if e.gold_passages) or 1
     return {key: v / (n_gold if key.startswith("recall") else len(examples)) for key, v in sums.items()}

@@ -141,10 +141,7 @@ def training_texts(kw: KnowingWorld, replay: list[dict], tokenizer, use_replay: 
         for wording in fact.train_wordings[:max_wordings]:
             prompts.append(builder.build(wording.format(x=fact.entity.name), []).text)
             completions.append(fact.answers[0])
-    for row in replay if use_replay else []:
-        if row["replayed"] and row["base_answer"].strip():
-            prompts.append(builder.build(row["question"], []).text)
-            completions.append(row["base_answer"])
+    _add_replay(prompts, completions, replay if use_replay else [], builder)
     return prompts, completions
 
 
@@ -171,9 +168,13 @@ def reasoning_texts(kw: KnowingWorld, replay: list[dict], tokenizer, demos: int,
             said = " ".join(rng.choice(statements(h)) for h in hops)
             prompts.append(builder.build(ex.question, []).text)
             completions.append(f" {said} So the answer is {ex.answers[0]}.")
-    chat = PromptBuilder(tokenizer)
-    for row in replay if use_replay else []:
+    _add_replay(prompts, completions, replay if use_replay else [], PromptBuilder(tokenizer))
+    return prompts, completions
+
+
+def _add_replay(prompts: list[str], completions: list[str], replay: list[dict], chat: PromptBuilder) -> None:
+    """The base model's own chat answers to the replayed common-knowledge questions."""
+    for row in replay:
         if row["replayed"] and row["base_answer"].strip():
             prompts.append(chat.build(row["question"], []).text)
             completions.append(row["base_answer"])
-    return prompts, completions
