@@ -1,27 +1,34 @@
 """The compute bound of a run: how long its model calls' matrix products alone take on this machine.
 
-A probe times the model's own linear layers (one decoder layer's, and the LM head) on inputs of 1 to 512 rows in
-the model's dtype (through the prepacked kernel where the runs use it), in the same process as the runs, before
-and after them; the fastest time of each product counts (a neighbour's load only ever slows a product down). Each
-model call a :class:`~adaptive_rag.lm.profiling.Profile` recorded (``Profile.work``: real tokens, LM-head rows,
-attention pairs) is then priced:
+A probe times the model's own linear layers (every decoder layer's in turn, as a forward pass runs them, and the LM
+head) on inputs of 1 to 512 rows in the model's dtype (through the prepacked kernel where the runs use it), in the
+same process as the runs, before and after them; the fastest time of each product counts (a neighbour's load only
+ever slows a product down). Running every layer in turn matters for decode steps: a model's weights do not fit in
+the cache, so a step of a few rows reads them all from memory, and timing one layer over and over (its weights
+staying in cache) made a one-row step look up to 2-3x cheaper than any step can be. Each model call a
+:class:`~adaptive_rag.lm.profiling.Profile` recorded (``Profile.work``: real tokens, LM-head rows, attention pairs,
+cached positions read) is then priced:
 
-* a decode step at its own row count (a one-row step costs a full read of the weights, which the probe's one-row
-  time includes), LM head at the step's rows;
+* a decode step at its own row count (a few-row step costs a full read of the weights, which the probe's time at
+  that row count includes), LM head at the step's rows, and reading the KV cache: the cached positions the step
+  reads (each row's own, the shared head once) × their bytes (keys and values of every layer), at the memory rate
+  of the probe's one-row pass (weight bytes ÷ its time), or the attention's FLOPs at the saturated rate where that
+  is longer;
 * prefill and attention passes at the 512-row rate per token (a pass split into small calls is work the bound does
   not excuse), their LM heads per call;
 * attention (QKᵀ and AV: 4 × heads × head_dim FLOPs per pair per layer) at the 512-row rate.
 
 FLOPs: 2 × (parameters of the layers' linears) × tokens + 2 × (LM head) × logits rows + attention FLOPs. The
 embedding lookup, norms, softmax and everything outside the model are free in the bound, so wall ÷ bound is the
-distance left to gain.
+distance left to gain. ``flop_bound`` prices the same calls without the KV-cache reads and with the layers timed
+one at a time (the bound before the memory terms, kept for comparison).
 """
 
 from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -48,6 +55,9 @@ class MatmulProbe:
     head_flops_per_row: float
     layers: int
     attention_flops_per_pair: float  # per layer
+    kv_bytes_per_position: float = 0.0  # keys and values of one cached position, every layer
+    weight_bytes: float = 0.0  # the decoder layers' linear weights
+    one_layer_seconds: list[float] | None = None  # one layer timed alone (weights in cache): the FLOP-only bound
 
     @staticmethod
     def _interp(rows: tuple[int, ...], seconds: list[float], r: float) -> float:
@@ -89,6 +99,17 @@ class MatmulProbe:
     def head_rate(self, r: int) -> float:
         return self.head_flops_per_row * r / self.head_time(r)
 
+    @property
+    def memory_rate(self) -> float:
+        """Bytes per second a one-row pass reads the weights at (0: not probed)."""
+        one_row = self.layers * self.layer_seconds[0]
+        return self.weight_bytes / one_row if self.weight_bytes and one_row > 0 else 0.0
+
+    def flop_only(self) -> MatmulProbe:
+        """The same probe as the bound before the memory terms: layers timed one at a time, no KV-cache reads."""
+        return replace(self, layer_seconds=self.one_layer_seconds or self.layer_seconds, kv_bytes_per_position=0.0,
+                       one_layer_seconds=None)
+
 
 def _time(fn, budget: float = 0.05) -> float:
     fn()  # warm-up: first-call allocations
@@ -113,39 +134,64 @@ def probe(model, packed_linears: bool = True, rows: tuple[int, ...] = ROWS) -> M
     dtype = head.weight.dtype
     heads = cfg.num_attention_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    every = [[m for m in layer.modules() if isinstance(m, torch.nn.Linear)] for layer in stack]
     gen = torch.Generator().manual_seed(0)
-    layer_s, head_s = [], []
+    layer_s, one_layer_s, head_s = [], [], []
     with linear_packing(model, enabled=packed_linears):
         for r in rows:
             inputs = {m.in_features: torch.randn(r, m.in_features, generator=gen).to(dtype) for m in linears}
-            layer_s.append(_time(lambda inputs=inputs: [m(inputs[m.in_features]) for m in linears]))
+            one_layer_s.append(_time(lambda inputs=inputs: [m(inputs[m.in_features]) for m in linears]))
+            # every layer in turn, as a forward pass reads them: per layer
+            layer_s.append(_time(lambda inputs=inputs: [m(inputs[m.in_features]) for ms in every for m in ms])
+                           / len(stack))
             x = torch.randn(r, head.in_features, generator=gen).to(dtype)
             head_s.append(_time(lambda x=x: head(x)))
     return MatmulProbe(tuple(rows), layer_s, head_s,
                        layer_flops_per_row=2.0 * sum(m.weight.numel() for m in linears),
                        head_flops_per_row=2.0 * head.weight.numel(), layers=len(stack),
-                       attention_flops_per_pair=4.0 * heads * head_dim)
+                       attention_flops_per_pair=4.0 * heads * head_dim,
+                       kv_bytes_per_position=2.0 * len(stack) * kv_heads * head_dim * head.weight.element_size(),
+                       weight_bytes=float(sum(m.weight.numel() * m.weight.element_size() for ms in every for m in ms)),
+                       one_layer_seconds=one_layer_s)
 
 
 def fastest(a: MatmulProbe, b: MatmulProbe) -> MatmulProbe:
     """Each product's faster time of two probes of the same model."""
-    return MatmulProbe(a.rows, [min(x, y) for x, y in zip(a.layer_seconds, b.layer_seconds)],
-                       [min(x, y) for x, y in zip(a.head_seconds, b.head_seconds)], a.layer_flops_per_row,
-                       a.head_flops_per_row, a.layers, a.attention_flops_per_pair)
+    def least(x, y):
+        return None if x is None or y is None else [min(i, j) for i, j in zip(x, y)]
+
+    return replace(a, layer_seconds=least(a.layer_seconds, b.layer_seconds),
+                   head_seconds=least(a.head_seconds, b.head_seconds),
+                   one_layer_seconds=least(a.one_layer_seconds, b.one_layer_seconds))
 
 
-def bound(calls: list[tuple[str, int, int, int]], p: MatmulProbe) -> dict[str, dict[str, float]]:
-    """Per phase: model calls, tokens, GFLOP and the bound in seconds, from ``Profile.calls``."""
-    out = {phase: {"calls": 0, "tokens": 0, "gflop": 0.0, "bound_s": 0.0} for phase in PHASES}
-    for phase, tokens, logits, pairs in calls:
-        f = out.setdefault(phase, {"calls": 0, "tokens": 0, "gflop": 0.0, "bound_s": 0.0})
+def bound(calls: list[tuple], p: MatmulProbe) -> dict[str, dict[str, float]]:
+    """Per phase: model calls, tokens, GFLOP, KV-cache GB read (decode) and the bound in seconds, from
+    ``Profile.calls`` ((phase, tokens, logits rows, attention pairs[, cached positions read])."""
+    out = {phase: {"calls": 0, "tokens": 0, "gflop": 0.0, "kv_gb": 0.0, "bound_s": 0.0} for phase in PHASES}
+    for phase, tokens, logits, pairs, *read in calls:
+        f = out.setdefault(phase, {"calls": 0, "tokens": 0, "gflop": 0.0, "kv_gb": 0.0, "bound_s": 0.0})
         attention = p.layers * p.attention_flops_per_pair * pairs
         f["calls"] += 1
         f["tokens"] += tokens
         f["gflop"] += (p.layers * p.layer_flops_per_row * tokens + p.head_flops_per_row * logits + attention) / 1e9
-        layers_s = p.layers * p.layer_time(tokens) if phase == "decode" else p.per_token_saturated * tokens
-        f["bound_s"] += layers_s + p.head_time(logits) + attention / p.saturated_rate
+        attention_s = attention / p.saturated_rate
+        if phase == "decode":
+            layers_s = p.layers * p.layer_time(tokens)
+            kv_bytes = p.kv_bytes_per_position * (read[0] if read else pairs)
+            f["kv_gb"] += kv_bytes / 1e9
+            if kv_bytes and p.memory_rate:
+                attention_s = max(attention_s, kv_bytes / p.memory_rate)
+        else:
+            layers_s = p.per_token_saturated * tokens
+        f["bound_s"] += layers_s + p.head_time(logits) + attention_s
     return out
+
+
+def flop_bound(calls: list[tuple], p: MatmulProbe) -> float:
+    """Seconds of the bound before the memory terms (one layer timed alone, no KV-cache reads), all phases."""
+    return sum(phase["bound_s"] for phase in bound(calls, p.flop_only()).values())
 
 
 def probe_figures(p: MatmulProbe, batch: int) -> dict[str, float | list[float]]:
@@ -155,4 +201,9 @@ def probe_figures(p: MatmulProbe, batch: int) -> dict[str, float | list[float]]:
     return {**{f"matmul_gflops_{r}_rows": p.rate(r) / 1e9 for r in rows},
             **{f"lm_head_gflops_{r}_rows": p.head_rate(r) / 1e9 for r in rows},
             "matmul_gflops_saturated": p.saturated_rate / 1e9, "probe_rows": list(p.rows),
-            "probe_layer_seconds": p.layer_seconds, "probe_head_seconds": p.head_seconds}
+            "memory_gb_per_s": p.memory_rate / 1e9, "weight_gb": p.weight_bytes / 1e9,
+            "kv_kb_per_position": p.kv_bytes_per_position / 1e3,
+            **({f"matmul_gflops_{r}_rows_one_layer": p.flop_only().rate(r) / 1e9 for r in rows}
+               if p.one_layer_seconds else {}),
+            "probe_layer_seconds": p.layer_seconds, "probe_head_seconds": p.head_seconds,
+            "probe_one_layer_seconds": p.one_layer_seconds}

@@ -20,7 +20,7 @@ import time
 from contextlib import nullcontext
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList
+from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from adaptive_rag.lm.decoder import stop_token_ids
 from adaptive_rag.lm.profiling import Profile
@@ -81,7 +81,9 @@ class DraginReplay:
                                       max_new_tokens=budget, do_sample=False, output_scores=True,
                                       return_dict_in_generate=True, pad_token_id=self.tokenizer.pad_token_id,
                                       eos_token_id=sorted(self.stop_ids),
-                                      logits_processor=LogitsProcessorList([first_step] if first_step else []))
+                                      logits_processor=LogitsProcessorList([first_step] if first_step else []),
+                                      stopping_criteria=StoppingCriteriaList([_PromptStop(self.text, self.prompts,
+                                                                                          len(prompt))]))
         if first_step is not None:  # the first logits came out of the prefill; the rest of generate is decode steps
             end = time.perf_counter()
             self.profile.add("prefill", first_step.at - start)
@@ -186,6 +188,22 @@ class DraginReplay:
 
 def _causal_pairs(tokens: int) -> int:
     return tokens * (tokens + 1) // 2
+
+
+class _PromptStop(StoppingCriteria):
+    """Ends ``generate`` where the engine ends a round: once the text holds the prompt style's stop (the paper
+    style's new "Question:" line). The tokens after it would be cut anyway; generating them was work the engine and
+    the authors' code (with the same stop rule) do not do."""
+
+    def __init__(self, text: TokenText, prompts: PromptBuilder, prompt_len: int):
+        self.text, self.prompts, self.prompt_len = text, prompts, prompt_len
+
+    def __call__(self, input_ids, scores, **kwargs):
+        if self.prompts.cfg.prompt_style != "paper":  # the only style with a stop in the text
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        done = [self.prompts.stop_index("".join(self.text.pieces(row[self.prompt_len:].tolist()))) is not None
+                for row in input_ids]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
 class _FirstCall(LogitsProcessor):

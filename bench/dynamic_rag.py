@@ -188,12 +188,16 @@ def bound_figures(name: str, profiles: list[Profile], matmul, wall: float) -> di
     per_run = [compute_bound.bound(p.calls, matmul) for p in profiles]
     out: dict[str, float] = {}
     for phase in compute_bound.PHASES:
-        for field in ("calls", "tokens", "gflop", "bound_s"):
+        for field in ("calls", "tokens", "gflop", "kv_gb", "bound_s"):
             out[f"{name}_{phase}_{field}"] = sum(b[phase][field] for b in per_run) / len(per_run)
     total = sum(out[f"{name}_{phase}_bound_s"] for phase in compute_bound.PHASES)
     out[f"{name}_gflop"] = sum(out[f"{name}_{phase}_gflop"] for phase in compute_bound.PHASES)
     out[f"{name}_bound_s"] = total
     out[f"{name}_over_bound"] = wall / total if total else float("nan")
+    # the bound before its memory terms (one layer timed alone, KV-cache reads free): for comparison with older runs
+    flop = sum(compute_bound.flop_bound(p.calls, matmul) for p in profiles) / len(profiles)
+    out[f"{name}_flop_bound_s"] = flop
+    out[f"{name}_over_flop_bound"] = wall / flop if flop else float("nan")
     # CPU seconds the process spent (all its threads): on a machine shared with other jobs the wall time also counts
     # the time the scheduler gave to them, which no change to this code can win back
     cpu = statistics.median(p.cpu_seconds for p in profiles)
@@ -204,17 +208,23 @@ def bound_figures(name: str, profiles: list[Profile], matmul, wall: float) -> di
 
 def print_bound(results: dict, runners: list[str], matmul, batch: int) -> None:
     rates = "  ".join(f"{r} rows {matmul.rate(r) / 1e9:.0f}" for r in sorted({1, batch, matmul.rows[-1]}))
-    print(f"compute bound: the model's linear layers on this machine, GFLOP/s at {rates}, saturated "
-          f"{matmul.saturated_rate / 1e9:.0f} (LM head at 1 row {matmul.head_rate(1) / 1e9:.0f}); model calls priced "
-          "at those rates (bench/compute_bound.py)")
+    print(f"compute bound: the model's linear layers on this machine (every layer in turn), GFLOP/s at {rates}, "
+          f"saturated {matmul.saturated_rate / 1e9:.0f} (LM head at 1 row {matmul.head_rate(1) / 1e9:.0f}); weights "
+          f"read at {matmul.memory_rate / 1e9:.1f} GB/s by a one-row pass; model calls priced at those rates, decode "
+          "steps with their KV-cache reads (bench/compute_bound.py)")
     rows = []
     for phase in compute_bound.PHASES:
-        for field, label in (("tokens", "tokens"), ("gflop", "GFLOP"), ("bound_s", "bound s")):
+        for field, label in (("tokens", "tokens"), ("gflop", "GFLOP"), ("kv_gb", "KV-cache GB read"),
+                             ("bound_s", "bound s")):
+            if field == "kv_gb" and phase != "decode":
+                continue
             rows.append([f"{phase} {label}"] + [results.get(f"{name}_{phase}_{field}") for name in runners])
         rows.append([f"{phase} wall s"] + [results.get(f"{name}_{phase}_s") for name in runners])
     rows.append(["run bound s"] + [results[f"{name}_bound_s"] for name in runners])
     rows.append(["run wall s (median)"] + [results[f"{name}_seconds"] for name in runners])
     rows.append(["wall ÷ bound"] + [results[f"{name}_over_bound"] for name in runners])
+    rows.append(["FLOP-only bound s (one layer, no KV reads)"] + [results[f"{name}_flop_bound_s"] for name in runners])
+    rows.append(["wall ÷ FLOP-only bound"] + [results[f"{name}_over_flop_bound"] for name in runners])
     rows.append(["CPU s (process)"] + [results[f"{name}_cpu_s"] for name in runners])
     rows.append(["CPU ÷ bound"] + [results[f"{name}_cpu_over_bound"] for name in runners])
     harness.print_table(["per run"] + runners, rows, floats=".2f")

@@ -96,6 +96,19 @@ def test_decoder_profile_counts_prefill_and_decode(tiny_model, smol_tokenizer):
     assert p.seconds["prefill"] > 0 and p.seconds["decode"] > 0 and p.seconds["cache"] > 0
 
 
+def test_decode_steps_read_the_shared_head_once(tiny_model, smol_tokenizer):
+    head = [11, 12, 13, 14]
+    dec = BatchDecoder(tiny_model, smol_tokenizer, shared_prefix_ids=head, head_once=True)
+    dec.stop_token_ids = set()
+    dec.profile = p = Profile()
+    dec.admit([Sequence(0, head + [5, 6], max_new_tokens=2), Sequence(1, head + [7], max_new_tokens=2)])
+    dec.step()
+    [(phase, tokens, logits, pairs, read)] = [c for c in p.calls if c[0] == "decode"]
+    # own tokens after the head: 2 + 1 prompt, + 1 fed each; each row scores head + own; the head is read once
+    assert (tokens, logits) == (2, 2)
+    assert pairs == (4 + 3) + (4 + 2) and read == 4 + 3 + 2
+
+
 def test_reference_replay_is_the_same_with_a_profile(smol_tokenizer, fake_retriever):
     DraginReplay = bench_module("dragin_replay").DraginReplay
     prompts = PromptBuilder(smol_tokenizer, PromptConfig(prompt_style="paper", num_demos=1))
@@ -138,7 +151,7 @@ def test_authors_pattern_passes_cover_the_text_not_the_prompt(smol_tokenizer, fa
     assert len(smol_tokenizer(demo)["input_ids"]) > 20  # the demos are long; no pass holds them
     assert all(len(ids) <= 12 + qfs[1] for ids, _ in seen)
     prefills = [c for c in p.calls if c[0] == "prefill"]
-    assert prefills and all(t > len(smol_tokenizer(demo)["input_ids"]) for _, t, _, _ in prefills)
+    assert prefills and all(t > len(smol_tokenizer(demo)["input_ids"]) for _, t, *_ in prefills)
     assert p.counts["attention_pass_tokens"] == sum(len(ids) for ids, _ in seen)
 
 
@@ -157,9 +170,51 @@ def test_compute_bound_prices_each_call_by_hand():
     calls = [("decode", 2, 2, 5), ("prefill", 3, 1, 6), ("attention_pass", 8, 8, 36)]
     got = cb.bound(calls, probe)
     # decode: 2 layers x 2 s + head 0.5 + 2 x 10 x 5 FLOPs / 100 = 5.5
-    assert got["decode"] == {"calls": 1, "tokens": 2, "gflop": (2 * 100 * 2 + 1000 * 2 + 100) / 1e9, "bound_s": 5.5}
+    assert got["decode"] == {"calls": 1, "tokens": 2, "gflop": (2 * 100 * 2 + 1000 * 2 + 100) / 1e9, "kv_gb": 0.0,
+                             "bound_s": 5.5}
     # prefill: 3 tokens at the saturated 2 x 1 s per token + head 0.5 + 120 / 100
     assert got["prefill"]["bound_s"] == 6.0 + 0.5 + 1.2
     # a pass over 8 tokens: 16 s + head at 8 rows (0.5 x 8 / 4 = 1.0) + 720 / 100
     assert got["attention_pass"]["bound_s"] == 16.0 + 1.0 + 7.2
     assert cb.bound([], probe)["decode"]["bound_s"] == 0.0
+
+
+def test_compute_bound_reads_the_kv_cache_at_the_memory_rate_by_hand():
+    cb = bench_module("compute_bound")
+    # 2 layers, a one-row pass over both takes 2 x 1 s and reads 200 bytes of weights: 100 bytes/s; each cached
+    # position holds 10 bytes (keys and values of both layers); attention 10 FLOPs per pair per layer at 100 FLOP/s
+    probe = cb.MatmulProbe(rows=(1, 2, 4), layer_seconds=[1.0, 2.0, 4.0], head_seconds=[0.5, 0.5, 0.5],
+                           layer_flops_per_row=100.0, head_flops_per_row=1000.0, layers=2,
+                           attention_flops_per_pair=10.0, kv_bytes_per_position=10.0, weight_bytes=200.0,
+                           one_layer_seconds=[0.5, 1.0, 2.0])
+    assert probe.memory_rate == 100.0
+    # 2 rows scoring 50 pairs, 30 distinct positions read (a shared head counted once): 300 bytes / 100 = 3 s,
+    # shorter than the attention FLOPs (2 layers x 10 x 50 = 1000 FLOPs / 100 = 10 s), so the FLOPs count here
+    got = cb.bound([("decode", 2, 2, 50, 30)], probe)["decode"]
+    assert got["kv_gb"] == 300 / 1e9 and got["bound_s"] == 2 * 2.0 + 0.5 + 10.0
+    # few pairs, many positions (a long cache read by one row): the reads dominate: 2 + 0.5 + 1000 x 10 / 100
+    got = cb.bound([("decode", 1, 1, 5, 1000)], probe)["decode"]
+    assert got["bound_s"] == 2 * 1.0 + 0.5 + 100.0
+    # no fifth field: every pair is a position read
+    assert cb.bound([("decode", 1, 1, 1000)], probe)["decode"]["kv_gb"] == 10000 / 1e9
+    # the FLOP-only bound: one layer alone (0.5 s at one row; 0.5 s per row at 4 rows: 200 FLOP/s saturated), no
+    # reads: 2 x 0.5 + head 0.5 + 2 x 10 x 5 FLOPs / 200
+    assert cb.flop_bound([("decode", 1, 1, 5, 1000)], probe) == 2 * 0.5 + 0.5 + 2 * 10 * 5 / 200
+    # prefill is priced as before (no memory term)
+    assert cb.bound([("prefill", 3, 1, 6)], probe)["prefill"]["bound_s"] == 6.0 + 0.5 + 1.2
+
+
+@pytest.mark.parametrize("runner", ["dragin_replay", "dragin_authors_pattern"])
+def test_baselines_stop_generating_at_the_paper_prompts_stop(runner, smol_tokenizer, fake_retriever):
+    cls = {"dragin_replay": "DraginReplay", "dragin_authors_pattern": "AuthorsPatternDragin"}[runner]
+    Baseline = getattr(bench_module(runner), cls)
+    prompts = PromptBuilder(smol_tokenizer, PromptConfig(prompt_style="paper", num_demos=1))
+    script = " Osk left.\nQuestion:"  # after the prompt's "Answer:" the model writes it, then again and again
+    model = scripted_llama(smol_tokenizer, script)
+    method = MethodConfig(method="dragin", theta=1e9, max_rounds=2)  # never retrieves: one round
+    baseline = Baseline(model, smol_tokenizer, fake_retriever, prompts, method, max_new_tokens=30)
+    [record], _ = baseline.run([QAExample("q", "Who left?", ["Osk"])])
+    assert record["output"] == "Osk left."
+    # generate ended once "Question:" was written (the engine's stop), not at the 30-token budget
+    to_stop = len(smol_tokenizer(" Osk left.\nQuestion:", add_special_tokens=False)["input_ids"])
+    assert baseline.forward_passes <= to_stop + 1

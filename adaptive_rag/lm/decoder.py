@@ -294,7 +294,9 @@ class BatchDecoder:
             rows = self.buffer.row.float().cpu() if self.buffer is not None else None
         self.forward_passes += 1
         if self.profile is not None:
-            self.profile.work("decode", len(self.seqs), len(self.seqs), int(mask.sum() + head.sum()))
+            # the shared head is one copy the whole batch reads: a step has to read it once, not once per row
+            self.profile.work("decode", len(self.seqs), len(self.seqs), int(mask.sum() + head.sum()),
+                              int(mask.sum()) + (len(self.prefix_ids) if bool(self.has_head.any()) else 0))
         self.mask = mask
         real = mask.bool()
         if self._prefix_f32 and bool(self.has_head.any()):  # rows span [shared head][own tokens]

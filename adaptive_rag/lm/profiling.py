@@ -19,7 +19,8 @@ class Profile:
         self.seconds: dict[str, float] = defaultdict(float)
         self.counts: dict[str, int] = defaultdict(int)
         self._nested: list[float] = []  # per open section: seconds spent in sections nested inside it
-        self.calls: list[tuple[str, int, int, int]] = []  # (phase, tokens, logits rows, attention pairs) per call
+        # per call: (phase, tokens, logits rows, attention pairs, cached positions read)
+        self.calls: list[tuple[str, int, int, int, int]] = []
 
     @contextmanager
     def section(self, name: str):
@@ -43,10 +44,12 @@ class Profile:
     def count(self, name: str, n: int = 1) -> None:
         self.counts[name] += n
 
-    def work(self, phase: str, tokens: int, logits: int, attention_pairs: int) -> None:
+    def work(self, phase: str, tokens: int, logits: int, attention_pairs: int, kv_read: int | None = None) -> None:
         """One model call's work: ``tokens`` real (unpadded) positions through the layers, ``logits`` rows through the
-        LM head, ``attention_pairs`` real (query, key) pairs scored per head and layer."""
-        self.calls.append((phase, tokens, logits, attention_pairs))
+        LM head, ``attention_pairs`` real (query, key) pairs scored per head and layer, ``kv_read`` distinct cached
+        positions the call has to read (default: one per pair; a head shared by the batch's rows counts once)."""
+        self.calls.append((phase, tokens, logits, attention_pairs,
+                           attention_pairs if kv_read is None else kv_read))
 
     def wrap(self, name: str, fn):
         """``fn`` timed as section ``name`` on every call."""
