@@ -5,15 +5,15 @@ head) on inputs of 1 to 512 rows in the model's dtype (through the prepacked ker
 same process as the runs, before and after them; the fastest time of each product counts (a neighbour's load only
 ever slows a product down). Running every layer in turn matters for decode steps: a model's weights do not fit in
 the cache, so a step of a few rows reads them all from memory, and timing one layer over and over (its weights
-staying in cache) made a one-row step look up to 2-3x cheaper than any step can be. Each model call a
+staying in cache) made a one-row step look 2.0x (float32) to 2.3x (bf16) cheaper than any step can be. Each model call a
 :class:`~adaptive_rag.lm.profiling.Profile` recorded (``Profile.work``: real tokens, LM-head rows, attention pairs,
 cached positions read) is then priced:
 
 * a decode step at its own row count (a few-row step costs a full read of the weights, which the probe's time at
   that row count includes), LM head at the step's rows, and reading the KV cache: the cached positions the step
-  reads (each row's own, the shared head once) × their bytes (keys and values of every layer), at the memory rate
-  of the probe's one-row pass (weight bytes ÷ its time), or the attention's FLOPs at the saturated rate where that
-  is longer;
+  reads (each row's own, the shared head once, whichever layout holds it) × their bytes (keys and values of every
+  layer), at the memory rate (the faster of the one-row pass's weight bytes ÷ its time and a plain streaming read),
+  or the attention's FLOPs at the saturated rate where that is longer;
 * prefill and attention passes at the 512-row rate per token (a pass split into small calls is work the bound does
   not excuse), their LM heads per call;
 * attention (QKᵀ and AV: 4 × heads × head_dim FLOPs per pair per layer) at the 512-row rate.
@@ -58,6 +58,7 @@ class MatmulProbe:
     kv_bytes_per_position: float = 0.0  # keys and values of one cached position, every layer
     weight_bytes: float = 0.0  # the decoder layers' linear weights
     one_layer_seconds: list[float] | None = None  # one layer timed alone (weights in cache): the FLOP-only bound
+    stream_bytes_per_second: float = 0.0  # a plain read of a buffer larger than the cache
 
     @staticmethod
     def _interp(rows: tuple[int, ...], seconds: list[float], r: float) -> float:
@@ -101,9 +102,12 @@ class MatmulProbe:
 
     @property
     def memory_rate(self) -> float:
-        """Bytes per second a one-row pass reads the weights at (0: not probed)."""
+        """Bytes per second the KV cache can be read at: the faster of the smallest-row pass over the weights (weight
+        bytes ÷ its time) and a plain streaming read (a kernel slow at one row, such as bf16's prepacked one, does
+        not slow the cache reads, which go through attention); 0: not probed."""
         one_row = self.layers * self.layer_seconds[0]
-        return self.weight_bytes / one_row if self.weight_bytes and one_row > 0 else 0.0
+        weights = self.weight_bytes / one_row if self.weight_bytes and one_row > 0 else 0.0
+        return max(weights, self.stream_bytes_per_second)
 
     def flop_only(self) -> MatmulProbe:
         """The same probe as the bound before the memory terms: layers timed one at a time, no KV-cache reads."""
@@ -153,7 +157,16 @@ def probe(model, packed_linears: bool = True, rows: tuple[int, ...] = ROWS) -> M
                        attention_flops_per_pair=4.0 * heads * head_dim,
                        kv_bytes_per_position=2.0 * len(stack) * kv_heads * head_dim * head.weight.element_size(),
                        weight_bytes=float(sum(m.weight.numel() * m.weight.element_size() for ms in every for m in ms)),
-                       one_layer_seconds=one_layer_s)
+                       one_layer_seconds=one_layer_s, stream_bytes_per_second=stream_rate())
+
+
+STREAM_BYTES = 256 * 2**20  # larger than any CPU's last-level cache
+
+
+def stream_rate() -> float:
+    """Bytes per second of a plain read of a buffer larger than the cache (the best of a few sums)."""
+    x = torch.ones(STREAM_BYTES // 4)
+    return STREAM_BYTES / _time(lambda: x.sum(), budget=0.0)
 
 
 def fastest(a: MatmulProbe, b: MatmulProbe) -> MatmulProbe:
@@ -163,7 +176,8 @@ def fastest(a: MatmulProbe, b: MatmulProbe) -> MatmulProbe:
 
     return replace(a, layer_seconds=least(a.layer_seconds, b.layer_seconds),
                    head_seconds=least(a.head_seconds, b.head_seconds),
-                   one_layer_seconds=least(a.one_layer_seconds, b.one_layer_seconds))
+                   one_layer_seconds=least(a.one_layer_seconds, b.one_layer_seconds),
+                   stream_bytes_per_second=max(a.stream_bytes_per_second, b.stream_bytes_per_second))
 
 
 def bound(calls: list[tuple], p: MatmulProbe) -> dict[str, dict[str, float]]:
@@ -201,7 +215,8 @@ def probe_figures(p: MatmulProbe, batch: int) -> dict[str, float | list[float]]:
     return {**{f"matmul_gflops_{r}_rows": p.rate(r) / 1e9 for r in rows},
             **{f"lm_head_gflops_{r}_rows": p.head_rate(r) / 1e9 for r in rows},
             "matmul_gflops_saturated": p.saturated_rate / 1e9, "probe_rows": list(p.rows),
-            "memory_gb_per_s": p.memory_rate / 1e9, "weight_gb": p.weight_bytes / 1e9,
+            "memory_gb_per_s": p.memory_rate / 1e9, "stream_gb_per_s": p.stream_bytes_per_second / 1e9,
+            "weight_gb": p.weight_bytes / 1e9,
             "kv_kb_per_position": p.kv_bytes_per_position / 1e3,
             **({f"matmul_gflops_{r}_rows_one_layer": p.flop_only().rate(r) / 1e9 for r in rows}
                if p.one_layer_seconds else {}),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -96,9 +97,10 @@ def test_decoder_profile_counts_prefill_and_decode(tiny_model, smol_tokenizer):
     assert p.seconds["prefill"] > 0 and p.seconds["decode"] > 0 and p.seconds["cache"] > 0
 
 
-def test_decode_steps_read_the_shared_head_once(tiny_model, smol_tokenizer):
-    head = [11, 12, 13, 14]
-    dec = BatchDecoder(tiny_model, smol_tokenizer, shared_prefix_ids=head, head_once=True)
+@pytest.mark.parametrize("head_once", [True, False])
+def test_decode_steps_read_the_shared_head_once(tiny_model, smol_tokenizer, head_once):
+    head = [11, 12, 13, 14]  # scored once for the batch, or copied into each row's cache: read once either way
+    dec = BatchDecoder(tiny_model, smol_tokenizer, shared_prefix_ids=head, head_once=head_once)
     dec.stop_token_ids = set()
     dec.profile = p = Profile()
     dec.admit([Sequence(0, head + [5, 6], max_new_tokens=2), Sequence(1, head + [7], max_new_tokens=2)])
@@ -188,6 +190,8 @@ def test_compute_bound_reads_the_kv_cache_at_the_memory_rate_by_hand():
                            attention_flops_per_pair=10.0, kv_bytes_per_position=10.0, weight_bytes=200.0,
                            one_layer_seconds=[0.5, 1.0, 2.0])
     assert probe.memory_rate == 100.0
+    # a plain streaming read faster than the weights' one-row pass (a kernel slow at one row) sets the cache's rate
+    assert replace(probe, stream_bytes_per_second=250.0).memory_rate == 250.0
     # 2 rows scoring 50 pairs, 30 distinct positions read (a shared head counted once): 300 bytes / 100 = 3 s,
     # shorter than the attention FLOPs (2 layers x 10 x 50 = 1000 FLOPs / 100 = 10 s), so the FLOPs count here
     got = cb.bound([("decode", 2, 2, 50, 30)], probe)["decode"]
@@ -215,6 +219,7 @@ def test_baselines_stop_generating_at_the_paper_prompts_stop(runner, smol_tokeni
     baseline = Baseline(model, smol_tokenizer, fake_retriever, prompts, method, max_new_tokens=30)
     [record], _ = baseline.run([QAExample("q", "Who left?", ["Osk"])])
     assert record["output"] == "Osk left."
-    # generate ended once "Question:" was written (the engine's stop), not at the 30-token budget
+    # generate ended once "Question:" was written (the engine's stop), not at the 30-token budget: its forward
+    # passes (one per written token) plus the one attention pass over the round's text
     to_stop = len(smol_tokenizer(" Osk left.\nQuestion:", add_special_tokens=False)["input_ids"])
     assert baseline.forward_passes <= to_stop + 1

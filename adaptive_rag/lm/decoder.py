@@ -294,9 +294,12 @@ class BatchDecoder:
             rows = self.buffer.row.float().cpu() if self.buffer is not None else None
         self.forward_passes += 1
         if self.profile is not None:
-            # the shared head is one copy the whole batch reads: a step has to read it once, not once per row
+            # the shared head is one set of keys every row that starts with it reads: a step has to read it once,
+            # whether it stays out of the batch cache (scored once) or each row's cache holds a copy (per row)
+            copies = 0 if self.head_once else sum(map(self._starts_with_prefix, self.seqs))
+            shared = bool(self.has_head.any()) or copies > 0
             self.profile.work("decode", len(self.seqs), len(self.seqs), int(mask.sum() + head.sum()),
-                              int(mask.sum()) + (len(self.prefix_ids) if bool(self.has_head.any()) else 0))
+                              int(mask.sum()) - copies * len(self.prefix_ids) + shared * len(self.prefix_ids))
         self.mask = mask
         real = mask.bool()
         if self._prefix_f32 and bool(self.has_head.any()):  # rows span [shared head][own tokens]
