@@ -194,6 +194,12 @@ def bound_figures(name: str, profiles: list[Profile], matmul, wall: float) -> di
     out[f"{name}_gflop"] = sum(out[f"{name}_{phase}_gflop"] for phase in compute_bound.PHASES)
     out[f"{name}_bound_s"] = total
     out[f"{name}_over_bound"] = wall / total if total else float("nan")
+    # the decode tail: a step reads all the weights however few rows it runs (calls' tokens are the step's rows)
+    steps = [c[1] for p in profiles for c in p.calls if c[0] == "decode"]
+    if steps:
+        out[f"{name}_decode_steps"] = len(steps) / len(profiles)
+        out[f"{name}_decode_rows_mean"] = sum(steps) / len(steps)
+        out[f"{name}_decode_steps_share_1_2_rows"] = sum(r <= 2 for r in steps) / len(steps)
     # the bound before its memory terms (one layer timed alone, KV-cache reads free): for comparison with older runs
     flop = sum(compute_bound.flop_bound(p.calls, matmul) for p in profiles) / len(profiles)
     out[f"{name}_flop_bound_s"] = flop
@@ -223,6 +229,10 @@ def print_bound(results: dict, runners: list[str], matmul, batch: int) -> None:
     rows.append(["run bound s"] + [results[f"{name}_bound_s"] for name in runners])
     rows.append(["run wall s (median)"] + [results[f"{name}_seconds"] for name in runners])
     rows.append(["wall ÷ bound"] + [results[f"{name}_over_bound"] for name in runners])
+    rows.append(["decode steps (rows per step, share at 1-2 rows)"] +
+                [f"{results[f'{n}_decode_steps']:.0f} ({results[f'{n}_decode_rows_mean']:.1f}, "
+                 f"{results[f'{n}_decode_steps_share_1_2_rows']:.0%})" if f"{n}_decode_steps" in results else None
+                 for n in runners])
     rows.append(["FLOP-only bound s (one layer, no KV reads)"] + [results[f"{name}_flop_bound_s"] for name in runners])
     rows.append(["wall ÷ FLOP-only bound"] + [results[f"{name}_over_flop_bound"] for name in runners])
     rows.append(["CPU s (process)"] + [results[f"{name}_cpu_s"] for name in runners])

@@ -223,3 +223,21 @@ def test_baselines_stop_generating_at_the_paper_prompts_stop(runner, smol_tokeni
     # passes (one per written token) plus the one attention pass over the round's text
     to_stop = len(smol_tokenizer(" Osk left.\nQuestion:", add_special_tokens=False)["input_ids"])
     assert baseline.forward_passes <= to_stop + 1
+
+
+def test_bound_figures_show_the_decode_tail(capsys):
+    bench, cb = bench_module("dynamic_rag"), bench_module("compute_bound")
+    probe = cb.MatmulProbe(rows=(1, 2, 4), layer_seconds=[1.0, 2.0, 4.0], head_seconds=[0.5, 0.5, 0.5],
+                           layer_flops_per_row=100.0, head_flops_per_row=1000.0, layers=2,
+                           attention_flops_per_pair=10.0)
+    p = Profile()
+    p.cpu_seconds = 3.0
+    for rows in (4, 3, 2, 1):  # a batch of 4 draining: half the steps run one or two rows
+        p.work("decode", rows, rows, 10 * rows)
+    got = bench.bound_figures("engine", [p], probe, wall=40.0)
+    assert got["engine_decode_steps"] == 4 and got["engine_decode_rows_mean"] == 2.5
+    assert got["engine_decode_steps_share_1_2_rows"] == 0.5
+    results = {**got, "engine_seconds": 40.0, "engine_prefill_s": 0.0, "engine_decode_s": 30.0,
+               "engine_attention_pass_s": 0.0}
+    bench.print_bound(results, ["engine"], probe, batch=4)
+    assert "4 (2.5, 50%)" in capsys.readouterr().out
