@@ -133,13 +133,13 @@ def probe(model, packed_linears: bool = True, rows: tuple[int, ...] = ROWS) -> M
     """Time the model's own linear layers (first decoder layer, LM head) at each row count."""
     cfg = model.config.get_text_config()
     stack = decoder_layers(model)
-    linears = [m for m in stack[0].modules() if isinstance(m, torch.nn.Linear)]
     head = model.get_output_embeddings()
     dtype = head.weight.dtype
     heads = cfg.num_attention_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
     every = [[m for m in layer.modules() if isinstance(m, torch.nn.Linear)] for layer in stack]
+    linears = every[0]
     gen = torch.Generator().manual_seed(0)
     layer_s, one_layer_s, head_s = [], [], []
     with linear_packing(model, enabled=packed_linears):

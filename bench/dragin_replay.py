@@ -191,16 +191,15 @@ def _causal_pairs(tokens: int) -> int:
 
 
 class _PromptStop(StoppingCriteria):
-    """Ends ``generate`` where the engine ends a round: once the text holds the prompt style's stop (the paper
-    style's new "Question:" line). The tokens after it would be cut anyway; generating them was work the engine and
-    the authors' code (with the same stop rule) do not do."""
+    """Ends ``generate`` where the engine ends a round: once the text holds the prompt style's stop
+    (:meth:`PromptBuilder.stop_index`: the paper style's new "Question:" line; other styles have none). The tokens
+    after it would be cut anyway; generating them was work the engine and the authors' code (with the same stop
+    rule) do not do."""
 
     def __init__(self, text: TokenText, prompts: PromptBuilder, prompt_len: int):
         self.text, self.prompts, self.prompt_len = text, prompts, prompt_len
 
     def __call__(self, input_ids, scores, **kwargs):
-        if self.prompts.cfg.prompt_style != "paper":  # the only style with a stop in the text
-            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
         done = [self.prompts.stop_index("".join(self.text.pieces(row[self.prompt_len:].tolist()))) is not None
                 for row in input_ids]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)

@@ -61,6 +61,7 @@ class Sequence:
     forward_passes: int = 0
     first_probs: dict[int, float] = field(default_factory=dict)  # watched token id -> probability at step 1
     closing: bool = False  # last token chosen; one more feed to get its row, then done
+    shared_head: bool = False  # prefilled after the decoder's shared head (its own tokens follow it)
     done: bool = False
     hit_eos: bool = False
 
@@ -267,6 +268,7 @@ class BatchDecoder:
         real = mask.bool().cpu()
         for b, seq in enumerate(seqs):
             seq.forward_passes += 1
+            seq.shared_head = head > 0
             if prefill_rows is not None:
                 seq.prompt_row = prefill_rows[b][..., real[b]]
             if watched is not None:
@@ -296,10 +298,10 @@ class BatchDecoder:
         if self.profile is not None:
             # the shared head is one set of keys every row that starts with it reads: a step has to read it once,
             # whether it stays out of the batch cache (scored once) or each row's cache holds a copy (per row)
-            copies = 0 if self.head_once else sum(map(self._starts_with_prefix, self.seqs))
-            shared = bool(self.has_head.any()) or copies > 0
-            self.profile.work("decode", len(self.seqs), len(self.seqs), int(mask.sum() + head.sum()),
-                              int(mask.sum()) - copies * len(self.prefix_ids) + shared * len(self.prefix_ids))
+            rows_with_head = sum(s.shared_head for s in self.seqs)
+            copies = 0 if self.head_once else rows_with_head
+            read = int(mask.sum()) - copies * len(self.prefix_ids) + (len(self.prefix_ids) if rows_with_head else 0)
+            self.profile.work("decode", len(self.seqs), len(self.seqs), int(mask.sum() + head.sum()), read)
         self.mask = mask
         real = mask.bool()
         if self._prefix_f32 and bool(self.has_head.any()):  # rows span [shared head][own tokens]
