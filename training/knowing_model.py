@@ -47,6 +47,7 @@ from training.knowing_steps import (
     reasoning_texts,
     training_texts,
 )
+from training.label_only_head import score_labelled_only
 from training.varlen_attention import use_for_padding_free
 
 logger = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ def train(cfg: KnowingConfig, kw: KnowingWorld, replay: list[dict], out: Path) -
                      save_steps=cfg.save_steps, save_total_limit=1, report_to="none", seed=cfg.seed,
                      dataloader_num_workers=0, disable_tqdm=False)
     trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
+    score_labelled_only(trainer)
     resume = get_last_checkpoint(str(out / "train")) if (out / "train").is_dir() else None
     start = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=resume)

@@ -50,6 +50,7 @@ from training.adapt_llm_checkpoints import (  # noqa: F401  (RESUME_KEYS: re-exp
 )
 from training.adapt_llm_config import AdaptTrainConfig
 from training.adapt_llm_tokens import tokenize_split
+from training.label_only_head import score_labelled_only
 from training.varlen_attention import use_for_padding_free
 
 logger = logging.getLogger(__name__)
@@ -352,6 +353,7 @@ def _train_locked(state: Any, model_cfg: BaseModelConfig, data_cfg: AdaptDataCon
                          if has_eval else None,
                          processing_class=tokenizer, optimizers=(build_optimizer(model, train_cfg), None),
                          callbacks=[SessionClock(previous_sessions), adapter_base_callback(base_name)])
+    score_labelled_only(trainer)
     result = trainer.train(resume_from_checkpoint=resume)
     session = dict(result.metrics)
     previous = out / "train_results.json"

@@ -1,0 +1,170 @@
+"""Training forward + backward with trl's fused LM head (baseline) against the labelled-positions-only head.
+
+    python bench/sft_head.py --json runs/bench/sft_head.json
+    python bench/sft_head.py --mixes adapt --batches 4 --repeats 1
+
+On CPU trl's fused head (``trl.trainer.utils.add_fused_lm_head``) projects every position through the LM head and
+masks afterwards; ``training/label_only_head.py`` projects only the positions whose next token has a label. Both
+are timed on the same micro-batches at the same weights, in rotation (A B A B ...; medians per batch), through
+``trainer.training_step`` (forward, loss, backward; no optimizer step), for two recipes:
+
+* ``knowing``: the knowing model's build (``python -m training.knowing_model``): full fine-tune of SmolLM2 in its
+  precision (bf16 autocast where the CPU has it), on world seed 0's training mix (passages, statements, chat Q&A);
+  the replayed common-knowledge answers are stood in by "The answer is <gold>." (no model run before the bench).
+* ``adapt``: ADAPT-LLM's LoRA SFT with its trainable ``<RET>`` row (``training/lora_sft.py``), on Algorithm 1's
+  set over world questions (``bench/sft.py``'s stub answerer), in the recipe's precision.
+
+``ratio``: the knowing mix's tokens/s with the labelled-only head ÷ with trl's (``ratio_adapt``: ADAPT-LLM's). The
+losses and gradients of the two heads are compared on every batch (largest relative difference printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import tempfile
+import time
+
+import torch
+from harness import add_json_arg, add_threads_arg, load_1min, print_table, set_threads, write_json
+
+MIXES = ("knowing", "adapt")
+
+
+def knowing_trainer(args):
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from adaptive_rag.lm.models import ModelOptions, load_causal_lm
+    from training.adapt_llm_tokens import tokenize_instances
+    from training.knowing_model import _training_precision
+    from training.knowing_steps import KnowingConfig, training_texts
+    from training.varlen_attention import use_for_padding_free
+
+    cfg = KnowingConfig(seed=0)
+    kw = cfg.knowing_world()
+    replay = [{"question": f.question, "base_answer": f"The answer is {f.answers[0]}.", "replayed": True}
+              for f in _common_questions(cfg)]
+    model, tokenizer = load_causal_lm(args.model, ModelOptions(dtype="float32"))
+    model.train()
+    prompts, completions = training_texts(kw, replay, tokenizer)
+    data = Dataset.from_dict(tokenize_instances(tokenizer, prompts, completions)).shuffle(seed=0)
+    use_for_padding_free(model, True)
+    sft = SFTConfig(output_dir=tempfile.mkdtemp(prefix="bench-sft-head-"), per_device_train_batch_size=cfg.batch_size,
+                    padding_free=True, max_length=None, completion_only_loss=True,
+                    bf16=_training_precision(cfg) == "bf16", use_cpu=not torch.cuda.is_available(),
+                    report_to="none", save_strategy="no", disable_tqdm=True)
+    return SFTTrainer(model=model, args=sft, train_dataset=data, processing_class=tokenizer)
+
+
+def _common_questions(cfg):
+    from data_builders.knowing_world import replay_split
+
+    replayed, _ = replay_split(cfg.seed, cfg.n_common)
+    return replayed
+
+
+def adapt_trainer(args):
+    from sft import adapt_dataset
+    from trl import SFTTrainer
+
+    from adaptive_rag.lm.models import ModelOptions, load_causal_lm
+    from training.adapt_llm_config import AdaptTrainConfig
+    from training.adapt_llm_tokens import tokenize_split
+    from training.lora_sft import _precision, add_ret_token, build_peft_model, sft_config
+    from training.varlen_attention import use_for_padding_free
+
+    cfg = AdaptTrainConfig(output_dir=tempfile.mkdtemp(prefix="bench-sft-head-"), micro_batch_size=8,
+                           effective_batch_size=8, max_steps=1, padding_free=True, save_steps=10, report_to="none",
+                           eval_steps=None, lora_dropout=0.0)
+    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(_precision(cfg), "float32")
+    model, tokenizer = load_causal_lm(args.model, ModelOptions(dtype=dtype))
+    use_for_padding_free(model, True)
+    model = build_peft_model(model, cfg, add_ret_token(tokenizer, model), args.model)
+    sft = sft_config(cfg, processes=1, has_eval=False)
+    sft.disable_tqdm, sft.save_strategy = True, "no"
+    dsd = adapt_dataset(args.questions, 40)
+    return SFTTrainer(model=model, args=sft, train_dataset=tokenize_split(dsd["train"], tokenizer),
+                      processing_class=tokenizer)
+
+
+def paired(trainer, batches: int, repeats: int) -> dict:
+    """trl's head and the labelled-only head in rotation on the first ``batches`` micro-batches."""
+    from peft import PeftModel
+
+    from training.label_only_head import score_labelled_only
+
+    model = trainer.model
+    patched = model.get_base_model() if isinstance(model, PeftModel) else model
+    heads = {"trl": patched.forward}
+    if not score_labelled_only(trainer):
+        raise SystemExit("the labelled-only head applies to CPU training only")
+    heads["label_only"] = patched.forward
+    trainer.current_gradient_accumulation_steps = 1
+    data = [b for _, b in zip(range(batches), trainer.get_train_dataloader())]
+    seconds = {k: [[] for _ in data] for k in heads}
+    loss_diff = grad_diff = 0.0
+    for _ in range(repeats):
+        for i, batch in enumerate(data):
+            seen = {}
+            for name, forward in heads.items():
+                patched.forward = forward
+                n_items = int((batch["labels"][..., 1:] != -100).sum())
+                start = time.perf_counter()
+                loss = trainer.training_step(model, dict(batch), n_items)
+                seconds[name][i].append(time.perf_counter() - start)
+                seen[name] = (float(loss), torch.cat([p.grad.flatten().float() for p in model.parameters()
+                                                      if p.grad is not None]))
+                model.zero_grad()
+            (a, ga), (b, gb) = seen["trl"], seen["label_only"]
+            loss_diff = max(loss_diff, abs(a - b) / abs(a))
+            grad_diff = max(grad_diff, float((ga - gb).norm() / ga.norm()))
+            print(f"    batch {i}: " + " ".join(f"{k} {v[i][-1]:.3f}s" for k, v in seconds.items()), flush=True)
+    tokens = sum(b["input_ids"].numel() for b in data)
+    labelled = sum(int((b["labels"][..., 1:] != -100).sum()) for b in data)
+    out = {"batches": len(data), "repeats": repeats, "tokens": tokens, "labelled_share": labelled / tokens,
+           "loss_rel_diff_max": loss_diff, "grad_rel_diff_max": grad_diff}
+    for name in heads:
+        out[f"{name}_tokens_per_s"] = tokens / sum(statistics.median(t) for t in seconds[name])
+    out["ratio"] = out["label_only_tokens_per_s"] / out["trl_tokens_per_s"]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--mixes", nargs="+", default=list(MIXES), choices=MIXES)
+    parser.add_argument("--batches", type=int, default=8, help="micro-batches of 8 instances each")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--questions", type=int, default=200, help="world questions for ADAPT-LLM's Algorithm 1")
+    add_threads_arg(parser)
+    add_json_arg(parser)
+    args = parser.parse_args()
+    set_threads(args.threads)
+    results: dict = {"device": "cuda" if torch.cuda.is_available() else "cpu", "threads": torch.get_num_threads(),
+                     "load_1min_start": load_1min()}
+    rows = []
+    for mix in args.mixes:
+        print(f"{mix}:", flush=True)
+        trainer = {"knowing": knowing_trainer, "adapt": adapt_trainer}[mix](args)
+        r = paired(trainer, args.batches, args.repeats)
+        del trainer
+        gc.collect()
+        rows.append([mix, r["tokens"], r["labelled_share"], r["trl_tokens_per_s"], r["label_only_tokens_per_s"],
+                     r["ratio"], f"{r['loss_rel_diff_max']:.1e}", f"{r['grad_rel_diff_max']:.1e}"])
+        key = "" if mix == "knowing" else f"_{mix}"
+        results.update({f"{mix}_{k}": v for k, v in r.items() if k != "ratio"})
+        results[f"ratio{key}"] = r["ratio"]
+    if "ratio" not in results:  # only ADAPT-LLM's mix ran: it is the headline
+        results["ratio"] = results["ratio_adapt"]
+    results["load_1min_end"] = load_1min()
+    print_table(["mix", "tokens", "labelled", "trl tok/s", "label-only tok/s", "ratio", "loss diff", "grad diff"],
+                rows)
+    print(f"load {results['load_1min_start']} -> {results['load_1min_end']}; forward + backward only (no optimizer "
+          f"step), medians per micro-batch, {args.batches} micro-batches x {args.repeats}")
+    write_json(args.json, results)
+
+
+if __name__ == "__main__":
+    main()
