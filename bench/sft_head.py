@@ -34,11 +34,11 @@ MIXES = ("knowing", "adapt")
 
 def knowing_trainer(args):
     from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTTrainer
 
     from adaptive_rag.lm.models import ModelOptions, load_causal_lm
     from training.adapt_llm_tokens import tokenize_instances
-    from training.knowing_model import _training_precision
+    from training.knowing_model import sft_args
     from training.knowing_steps import KnowingConfig, training_texts
     from training.varlen_attention import use_for_padding_free
 
@@ -51,10 +51,8 @@ def knowing_trainer(args):
     prompts, completions = training_texts(kw, replay, tokenizer)
     data = Dataset.from_dict(tokenize_instances(tokenizer, prompts, completions)).shuffle(seed=0)
     use_for_padding_free(model, True)
-    sft = SFTConfig(output_dir=tempfile.mkdtemp(prefix="bench-sft-head-"), per_device_train_batch_size=cfg.batch_size,
-                    padding_free=True, max_length=None, completion_only_loss=True,
-                    bf16=_training_precision(cfg) == "bf16", use_cpu=not torch.cuda.is_available(),
-                    report_to="none", save_strategy="no", disable_tqdm=True)
+    sft = sft_args(cfg, tempfile.mkdtemp(prefix="bench-sft-head-"))
+    sft.disable_tqdm, sft.save_strategy = True, "no"
     return SFTTrainer(model=model, args=sft, train_dataset=data, processing_class=tokenizer)
 
 
@@ -91,12 +89,10 @@ def adapt_trainer(args):
 
 def paired(trainer, batches: int, repeats: int) -> dict:
     """trl's head and the labelled-only head in rotation on the first ``batches`` micro-batches."""
-    from peft import PeftModel
-
-    from training.label_only_head import score_labelled_only
+    from training.label_only_head import patched_model, score_labelled_only
 
     model = trainer.model
-    patched = model.get_base_model() if isinstance(model, PeftModel) else model
+    patched = patched_model(trainer)
     heads = {"trl": patched.forward}
     if not score_labelled_only(trainer):
         raise SystemExit("the labelled-only head applies to CPU training only")

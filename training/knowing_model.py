@@ -60,6 +60,19 @@ def _training_precision(cfg: KnowingConfig) -> str:
     return "bf16" if resolve_dtype("auto", resolve_device("auto")) == torch.bfloat16 else "fp32"
 
 
+def sft_args(cfg: KnowingConfig, output_dir: Path):
+    """trl's settings of the knowing model's training (bench/sft_head.py times the same)."""
+    from trl import SFTConfig
+
+    return SFTConfig(output_dir=str(output_dir), per_device_train_batch_size=cfg.batch_size,
+                     num_train_epochs=cfg.epochs, max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
+                     lr_scheduler_type="cosine", warmup_steps=0, padding_free=True, max_length=None,
+                     completion_only_loss=True, bf16=_training_precision(cfg) == "bf16",
+                     use_cpu=not torch.cuda.is_available(), logging_steps=10, save_strategy="steps",
+                     save_steps=cfg.save_steps, save_total_limit=1, report_to="none", seed=cfg.seed,
+                     dataloader_num_workers=0, disable_tqdm=False)
+
+
 def train(cfg: KnowingConfig, kw: KnowingWorld, replay: list[dict], out: Path) -> dict[str, Any]:
     """Fine-tune ``cfg.base_model`` into ``out/model``; resumes from ``out/train``'s last checkpoint."""
     final = out / "model"
@@ -67,7 +80,7 @@ def train(cfg: KnowingConfig, kw: KnowingWorld, replay: list[dict], out: Path) -
         return json.loads((out / "train_results.json").read_text())
     from datasets import Dataset
     from transformers.trainer_utils import get_last_checkpoint
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTTrainer
 
 
     model, tokenizer = load_causal_lm(cfg.base_model, ModelOptions(dtype="float32"))  # bf16 runs as autocast
@@ -84,14 +97,8 @@ def train(cfg: KnowingConfig, kw: KnowingWorld, replay: list[dict], out: Path) -
                                                  target_modules="all-linear", task_type="CAUSAL_LM"))
     use_for_padding_free(model, True)
     precision = _training_precision(cfg)
-    args = SFTConfig(output_dir=str(out / "train"), per_device_train_batch_size=cfg.batch_size,
-                     num_train_epochs=cfg.epochs, max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
-                     lr_scheduler_type="cosine", warmup_steps=0, padding_free=True, max_length=None,
-                     completion_only_loss=True, bf16=precision == "bf16", use_cpu=not torch.cuda.is_available(),
-                     logging_steps=10, save_strategy="steps",
-                     save_steps=cfg.save_steps, save_total_limit=1, report_to="none", seed=cfg.seed,
-                     dataloader_num_workers=0, disable_tqdm=False)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
+    trainer = SFTTrainer(model=model, args=sft_args(cfg, out / "train"), train_dataset=data,
+                         processing_class=tokenizer)
     score_labelled_only(trainer)
     resume = get_last_checkpoint(str(out / "train")) if (out / "train").is_dir() else None
     start = time.perf_counter()

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 
-def _patched_model(trainer: Any) -> Any:
+def patched_model(trainer: Any) -> Any:
     """The module trl patched: the base model under a PEFT wrapper, else the trainer's model."""
     from peft import PeftModel
 
@@ -34,7 +34,7 @@ def score_labelled_only(trainer: Any) -> bool:
     absent."""
     from trl.trainer import utils as trl_utils
 
-    model = _patched_model(trainer)
+    model = patched_model(trainer)
     if (model.device.type != "cpu" or not isinstance(model.__dict__.get("forward"), types.MethodType)
             or not hasattr(trl_utils, "FusedCausalLMOutput")):  # a trl without the fused head patches nothing
         return False
