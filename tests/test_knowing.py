@@ -73,6 +73,16 @@ def test_leaked_fact_is_one_a_trained_passage_states():
                            for p in kw.world.passages if p.id in kw.trained_pids)
 
 
+
+def test_knowing_training_recomputes_no_activations(tmp_path):
+    # trl turns activation checkpointing on by default; the knowing model's recipe turns it off (the same weights,
+    # without a second forward pass of every layer in each backward)
+    from training.knowing_model import sft_args
+    from training.knowing_steps import KnowingConfig
+
+    args = sft_args(KnowingConfig(seed=0), tmp_path)
+    assert args.gradient_checkpointing is False and getattr(args, "activation_checkpointing", False) is False
+
 # -- the tiny build ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_build(tmp_path_factory):
