@@ -212,6 +212,54 @@ def bound_figures(name: str, profiles: list[Profile], matmul, wall: float) -> di
     return out
 
 
+ROW_BUCKETS = ((1, 2), (3, 8), (9, None))  # rows of a model call: the batch's tail, half-full, full
+
+
+def _bucket(rows: int) -> str:
+    for low, high in ROW_BUCKETS:
+        if high is None or rows <= high:
+            return f"{low}_{high}" if high else f"{low}_up"
+    raise AssertionError(rows)
+
+
+def distance_by_rows(name: str, profiles: list[Profile], matmul) -> dict[str, float]:
+    """Where a runner's distance to its bound is: its timed model calls (the decoder times each of its own; the
+    baselines' ``generate`` steps are not timed one by one) by phase and by how many rows they ran (sequences in a
+    prefill, the batch in a decode step), each group's calls, wall seconds and bound per run, and wall ÷ bound."""
+    groups: dict[str, list] = {}
+    for p in profiles:
+        for call, seconds in zip(p.calls, p.call_seconds):
+            if seconds is not None:
+                groups.setdefault(f"{name}_{call[0]}_rows_{_bucket(call[2])}", []).append((call, seconds))
+    out: dict[str, float] = {}
+    for key, timed in groups.items():
+        bound = compute_bound.bound([c for c, _ in timed], matmul)
+        out[f"{key}_calls"] = len(timed) / len(profiles)
+        out[f"{key}_wall_s"] = sum(s for _, s in timed) / len(profiles)
+        out[f"{key}_bound_s"] = sum(f["bound_s"] for f in bound.values()) / len(profiles)
+        out[f"{key}_over_bound"] = out[f"{key}_wall_s"] / out[f"{key}_bound_s"] if out[f"{key}_bound_s"] else float(
+            "nan")
+    return out
+
+
+def print_distance_by_rows(results: dict, runners: list[str]) -> None:
+    rows = []
+    for phase in ("prefill", "decode"):
+        for low, high in ROW_BUCKETS:
+            bucket = f"{low}_{high}" if high else f"{low}_up"
+            cells = []
+            for name in runners:
+                key = f"{name}_{phase}_rows_{bucket}"
+                cells.append(f"{results[key + '_calls']:.0f} / {results[key + '_wall_s']:.2f} / "
+                             f"{results[key + '_bound_s']:.2f} / x{results[key + '_over_bound']:.2f}"
+                             if key + "_calls" in results else None)
+            if any(cells):
+                rows.append([f"{phase}, {low}-{high or ''} rows"] + cells)
+    if rows:
+        print("model calls by the rows they ran: calls / wall s / bound s / wall ÷ bound, per run")
+        harness.print_table(["calls"] + runners, rows)
+
+
 def print_bound(results: dict, runners: list[str], matmul, batch: int) -> None:
     rates = "  ".join(f"{r} rows {matmul.rate(r) / 1e9:.0f}" for r in sorted({1, batch, matmul.rows[-1]}))
     print(f"compute bound: the model's linear layers on this machine (every layer in turn), GFLOP/s at {rates}, "
@@ -391,6 +439,7 @@ def main() -> None:
         results[f"{name}_seconds_runs"] = runs
         results.update(profile_figures(name, profiles[name], runs, n))
         results.update(bound_figures(name, profiles[name], matmul, median))
+        results.update(distance_by_rows(name, profiles[name], matmul))
     ratio_keys = []
     for base in baselines:
         for name in engines:
@@ -411,6 +460,9 @@ def main() -> None:
     print_profile(results, list(seconds))
     print()
     print_bound(results, list(seconds), matmul, args.batch_size)
+    print()
+    print_distance_by_rows(results, [name for name in seconds if any(
+        key.startswith((f"{name}_prefill_rows_", f"{name}_decode_rows_")) for key in results)])
     print()
     if "identical_outputs" in results:
         print(f"engine vs replay: identical greedy outputs {results['identical_outputs']:.2%}, identical query "

@@ -241,3 +241,37 @@ def test_bound_figures_show_the_decode_tail(capsys):
                "engine_attention_pass_s": 0.0}
     bench.print_bound(results, ["engine"], probe, batch=4)
     assert "4 (2.5, 50%)" in capsys.readouterr().out
+
+
+def test_distance_by_rows_prices_each_group_of_calls_by_hand(capsys):
+    bench, cb = bench_module("dynamic_rag"), bench_module("compute_bound")
+    # as above: a layer's linears 1 s per row up to 4 rows, LM head 0.5 s, 10 FLOPs per pair at 100 FLOP/s
+    probe = cb.MatmulProbe(rows=(1, 2, 4), layer_seconds=[1.0, 2.0, 4.0], head_seconds=[0.5, 0.5, 0.5],
+                           layer_flops_per_row=100.0, head_flops_per_row=1000.0, layers=2,
+                           attention_flops_per_pair=10.0)
+    p = Profile()
+    p.work("prefill", 3, 1, 6, seconds=15.4)  # bound 2 x 3 + 0.5 + 1.2 = 7.7
+    p.work("decode", 1, 1, 5, seconds=11.0)  # bound 2 x 1 + 0.5 + 1.0 = 3.5
+    p.work("decode", 2, 2, 5, seconds=7.0)  # bound 2 x 2 + 0.5 + 1.0 = 5.5
+    p.work("decode", 12, 12, 0, seconds=30.0)  # 12 rows: 2 x 12 + 0.5 x 12 / 4 = 25.5
+    p.work("decode", 1, 1, 5)  # not timed on its own (a step inside generate): left out
+    got = bench.distance_by_rows("engine", [p], probe)
+    assert got["engine_prefill_rows_1_2_calls"] == 1 and got["engine_prefill_rows_1_2_over_bound"] == 2.0
+    assert (got["engine_decode_rows_1_2_calls"], got["engine_decode_rows_1_2_wall_s"],
+            got["engine_decode_rows_1_2_bound_s"], got["engine_decode_rows_1_2_over_bound"]) == (2, 18.0, 9.0, 2.0)
+    assert got["engine_decode_rows_9_up_bound_s"] == 25.5 and "engine_decode_rows_3_8_calls" not in got
+    bench.print_distance_by_rows(got, ["engine"])
+    out = capsys.readouterr().out
+    assert "decode, 1-2 rows" in out and "2 / 18.00 / 9.00 / x2.00" in out and "decode, 3-8 rows" not in out
+
+
+def test_decoder_times_each_of_its_model_calls(tiny_model, smol_tokenizer):
+    dec = BatchDecoder(tiny_model, smol_tokenizer, shared_prefix_ids=[11, 12, 13])
+    dec.profile = p = Profile()
+    dec.set_shared_prefix([11, 12, 13])
+    dec.admit([Sequence(0, [11, 12, 13, 5, 6], max_new_tokens=2), Sequence(1, [8], max_new_tokens=2)])
+    while dec.active:
+        dec.step()
+    assert len(p.call_seconds) == len(p.calls) and all(s is not None and s > 0 for s in p.call_seconds)
+    timed = sum(s for s, c in zip(p.call_seconds, p.calls) if c[0] == "decode")
+    assert timed <= p.seconds["decode"] + 1e-6  # a call's own time: no more than the section around it

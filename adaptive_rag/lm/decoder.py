@@ -23,6 +23,7 @@ demo tokens per row were most of a paper-prompt decode step).
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -144,15 +145,17 @@ class BatchDecoder:
         ids = list(ids)
         cache = DynamicCache()
         with self._timed("prefill"), self.linears:
+            start = time.perf_counter()
             self.model(input_ids=torch.tensor([ids], device=self.device),
                        attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=self.device),
                        position_ids=torch.arange(len(ids), device=self.device)[None], cache=cache, use_cache=True,
                        logits_to_keep=1)
+            seconds = time.perf_counter() - start
         self.forward_passes += 1
         if self.profile is not None:
             self.profile.count("prefill_tokens", len(ids))
             self.profile.count("prefill_padded_tokens", len(ids))
-            self.profile.work("prefill", len(ids), 1, _causal_pairs(len(ids), 0))
+            self.profile.work("prefill", len(ids), 1, _causal_pairs(len(ids), 0), seconds=seconds)
         self.prefix_ids, self._prefix_kv = ids, layers(cache)
         self._prefix_f32 = [(k[0].float(), v[0].float()) for k, v in self._prefix_kv]
         self._attention = attention_modules(self.model)
@@ -252,6 +255,7 @@ class BatchDecoder:
         for i, (k, v) in enumerate(self._prefix_kv if head else []):
             cache.update(k.expand(len(seqs), -1, -1, -1), v.expand(len(seqs), -1, -1, -1), i)
         with self._timed("prefill"), self.linears:
+            start = time.perf_counter()
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
                              use_cache=True, logits_to_keep=1)
             logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # once: the choice and the watched tokens
@@ -259,12 +263,14 @@ class BatchDecoder:
             watched = logp[:, list(self.watch_token_ids)].exp().tolist() if self.watch_token_ids else None
             # the last prompt position's row: it chose the first token (a one-token input took the decode path)
             prefill_rows = self.buffer.row.float().cpu() if self.buffer is not None else None
+            seconds = time.perf_counter() - start
         self.forward_passes += 1
         if self.profile is not None:
             self.profile.count("prefill_tokens", sum(map(len, own)))
             self.profile.count("prefill_padded_tokens", ids.numel())
             self.profile.count("shared_head_tokens_reused", head * len(seqs))
-            self.profile.work("prefill", sum(map(len, own)), len(seqs), sum(_causal_pairs(len(x), head) for x in own))
+            self.profile.work("prefill", sum(map(len, own)), len(seqs), sum(_causal_pairs(len(x), head) for x in own),
+                              seconds=seconds)
         real = mask.bool().cpu()
         for b, seq in enumerate(seqs):
             seq.forward_passes += 1
@@ -290,10 +296,12 @@ class BatchDecoder:
         head = len(self.prefix_ids) * self.has_head.long()  # shared positions before the row's own
         positions = self.mask.sum(dim=1, keepdim=True) + head[:, None]
         with self._timed("decode"), self.linears, self._shared_head_attention():
+            start = time.perf_counter()
             out = self.model(input_ids=self.pending[:, None], attention_mask=mask, position_ids=positions,
                              cache=self.cache, use_cache=True)
             token, prob, entropy = self._choose(out.logits[:, -1])
             rows = self.buffer.row.float().cpu() if self.buffer is not None else None
+            seconds = time.perf_counter() - start
         self.forward_passes += 1
         if self.profile is not None:
             # the shared head is one set of keys every row that starts with it reads: a step has to read it once,
@@ -301,7 +309,7 @@ class BatchDecoder:
             rows_with_head = sum(s.shared_head for s in self.seqs)
             copies = 0 if self.head_once else rows_with_head
             read = int(mask.sum()) - copies * len(self.prefix_ids) + (len(self.prefix_ids) if rows_with_head else 0)
-            self.profile.work("decode", len(self.seqs), len(self.seqs), int(mask.sum() + head.sum()), read)
+            self.profile.work("decode", len(self.seqs), len(self.seqs), int(mask.sum() + head.sum()), read, seconds)
         self.mask = mask
         real = mask.bool()
         if self._prefix_f32 and bool(self.has_head.any()):  # rows span [shared head][own tokens]

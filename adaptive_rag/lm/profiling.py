@@ -21,6 +21,7 @@ class Profile:
         self._nested: list[float] = []  # per open section: seconds spent in sections nested inside it
         # per call: (phase, tokens, logits rows, attention pairs, cached positions read)
         self.calls: list[tuple[str, int, int, int, int]] = []
+        self.call_seconds: list[float | None] = []  # per call: its wall seconds where the caller timed it alone
 
     @contextmanager
     def section(self, name: str):
@@ -44,12 +45,15 @@ class Profile:
     def count(self, name: str, n: int = 1) -> None:
         self.counts[name] += n
 
-    def work(self, phase: str, tokens: int, logits: int, attention_pairs: int, kv_read: int | None = None) -> None:
+    def work(self, phase: str, tokens: int, logits: int, attention_pairs: int, kv_read: int | None = None,
+             seconds: float | None = None) -> None:
         """One model call's work: ``tokens`` real (unpadded) positions through the layers, ``logits`` rows through the
         LM head, ``attention_pairs`` real (query, key) pairs scored per head and layer, ``kv_read`` distinct cached
-        positions the call has to read (default: one per pair; a head shared by the batch's rows counts once)."""
+        positions the call has to read (default: one per pair; a head shared by the batch's rows counts once);
+        ``seconds``: the call's own wall time, where the caller timed it (a call inside ``generate`` is not)."""
         self.calls.append((phase, tokens, logits, attention_pairs,
                            attention_pairs if kv_read is None else kv_read))
+        self.call_seconds.append(seconds)
 
     def wrap(self, name: str, fn):
         """``fn`` timed as section ``name`` on every call."""
