@@ -154,3 +154,34 @@ def test_bench_replay_makes_the_engines_decisions(profile, smol_tokenizer, fake_
     [again], _ = replay.run([QAExample("q", "Who founded Kelmora?", ["Osk"])])
     assert again["output"] == record["output"]
     assert fake_retriever.queries == queries and len(queries) == len(record["retrievals"])
+
+
+def test_forced_answers_are_the_same_in_a_batch_as_one_at_a_time(tiny_model, smol_tokenizer, fake_retriever):
+    # the reference profile's forced answer (eval.py's regenerate_answer) is one more round for each question whose
+    # output has no "the answer is", decoded in a batch of its own once all have finished; questions that end at
+    # different steps get the same outputs and retrievals as when run one at a time
+    method = MethodConfig(method="dragin", dragin_profile="reference", theta=0.8)
+    questions = [QAExample(str(i), q, ["Osk"]) for i, q in enumerate(
+        ["Who founded Kelmora?", "Where is the river Tane?", "When did the Vaskel empire fall?", "Who wrote it?",
+         "Which city is older, Orm or Brel?"])]
+    prompts = PromptBuilder(smol_tokenizer, PromptConfig(prompt_style="paper", num_demos=1))
+    budgets = [3, 12, 5, 9, 2]  # answer budgets: the questions finish at different steps
+
+    def records(batch_size: int):
+        engine = DynamicRAGEngine(tiny_model, smol_tokenizer, fake_retriever, prompts, method,
+                                  EngineConfig(batch_size=batch_size, max_new_tokens=12))
+        start_round = engine._start_round
+
+        def budgeted(st):
+            seq = start_round(st)
+            if not st.regenerating:
+                seq.max_new_tokens = min(seq.max_new_tokens, budgets[int(st.example.id)])
+            return seq
+
+        engine._start_round = budgeted
+        return [r.to_dict() for r in engine.run(questions, show_progress=False)]
+
+    alone, together = records(1), records(5)
+    assert [r["output"] for r in together] == [r["output"] for r in alone]
+    assert [len(r["retrievals"]) for r in together] == [len(r["retrievals"]) for r in alone]
+    assert all(" So the answer is" in r["output"] for r in together)  # the random model never writes it itself
