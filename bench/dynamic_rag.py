@@ -212,52 +212,60 @@ def bound_figures(name: str, profiles: list[Profile], matmul, wall: float) -> di
     return out
 
 
-ROW_BUCKETS = ((1, 2), (3, 8), (9, None))  # rows of a model call: the batch's tail, half-full, full
+# rows of a model call (sequences in a prefill, the batch in a decode step): with a batch of 16, 1-2 rows is the
+# batch's tail (the question with the longest chain of rounds decoding alone) and the prompts that rejoin one or two
+# at a time after a retrieval; the shared head's own prefill (one row) counts among the 1-2-row prefills
+ROW_BUCKETS = ((1, 2), (3, 8), (9, None))
+TIMED_PHASES = ("prefill", "decode")  # the decoder's own model calls
 
 
-def _bucket(rows: int) -> str:
-    for low, high in ROW_BUCKETS:
-        if high is None or rows <= high:
-            return f"{low}_{high}" if high else f"{low}_up"
-    raise AssertionError(rows)
+def bucket_name(low: int, high: int | None) -> str:
+    return f"{low}_{high}" if high else f"{low}_up"
+
+
+def row_bucket(rows: int) -> str:
+    return next(bucket_name(low, high) for low, high in ROW_BUCKETS if high is None or rows <= high)
+
+
+def timed_calls(profiles: list[Profile]) -> bool:
+    """Did the runner time its model calls one by one (the engine's decoder does; the baselines' ``generate`` runs
+    its steps inside one call)?"""
+    return any(s is not None for p in profiles for s in p.call_seconds)
 
 
 def distance_by_rows(name: str, profiles: list[Profile], matmul) -> dict[str, float]:
-    """Where a runner's distance to its bound is: its timed model calls (the decoder times each of its own; the
-    baselines' ``generate`` steps are not timed one by one) by phase and by how many rows they ran (sequences in a
-    prefill, the batch in a decode step), each group's calls, wall seconds and bound per run, and wall ÷ bound."""
+    """Where a runner's distance to its bound is: its timed prefill and decode calls grouped by the rows they ran,
+    each group's calls, wall seconds and bound per run, and wall ÷ bound."""
     groups: dict[str, list] = {}
     for p in profiles:
-        for call, seconds in zip(p.calls, p.call_seconds):
-            if seconds is not None:
-                groups.setdefault(f"{name}_{call[0]}_rows_{_bucket(call[2])}", []).append((call, seconds))
+        for call, seconds in zip(p.calls, p.call_seconds, strict=True):
+            if seconds is not None and call[0] in TIMED_PHASES:
+                groups.setdefault(f"{name}_{call[0]}_rows_{row_bucket(call[2])}", []).append((call, seconds))
     out: dict[str, float] = {}
     for key, timed in groups.items():
-        bound = compute_bound.bound([c for c, _ in timed], matmul)
+        wall = sum(s for _, s in timed) / len(profiles)
+        bound = sum(f["bound_s"] for f in compute_bound.bound([c for c, _ in timed], matmul).values()) / len(profiles)
         out[f"{key}_calls"] = len(timed) / len(profiles)
-        out[f"{key}_wall_s"] = sum(s for _, s in timed) / len(profiles)
-        out[f"{key}_bound_s"] = sum(f["bound_s"] for f in bound.values()) / len(profiles)
-        out[f"{key}_over_bound"] = out[f"{key}_wall_s"] / out[f"{key}_bound_s"] if out[f"{key}_bound_s"] else float(
-            "nan")
+        out[f"{key}_wall_s"], out[f"{key}_bound_s"] = wall, bound
+        out[f"{key}_over_bound"] = wall / bound if bound else float("nan")
     return out
 
 
 def print_distance_by_rows(results: dict, runners: list[str]) -> None:
     rows = []
-    for phase in ("prefill", "decode"):
+    for phase in TIMED_PHASES:
         for low, high in ROW_BUCKETS:
-            bucket = f"{low}_{high}" if high else f"{low}_up"
             cells = []
             for name in runners:
-                key = f"{name}_{phase}_rows_{bucket}"
+                key = f"{name}_{phase}_rows_{bucket_name(low, high)}"
                 cells.append(f"{results[key + '_calls']:.0f} / {results[key + '_wall_s']:.2f} / "
                              f"{results[key + '_bound_s']:.2f} / x{results[key + '_over_bound']:.2f}"
                              if key + "_calls" in results else None)
             if any(cells):
-                rows.append([f"{phase}, {low}-{high or ''} rows"] + cells)
+                rows.append([f"{phase}, {low}-{high} rows" if high else f"{phase}, {low}+ rows"] + cells)
     if rows:
         print("model calls by the rows they ran: calls / wall s / bound s / wall ÷ bound, per run")
-        harness.print_table(["calls"] + runners, rows)
+        harness.print_table(["phase, rows per call"] + runners, rows)
 
 
 def print_bound(results: dict, runners: list[str], matmul, batch: int) -> None:
@@ -439,7 +447,8 @@ def main() -> None:
         results[f"{name}_seconds_runs"] = runs
         results.update(profile_figures(name, profiles[name], runs, n))
         results.update(bound_figures(name, profiles[name], matmul, median))
-        results.update(distance_by_rows(name, profiles[name], matmul))
+        if timed_calls(profiles[name]):
+            results.update(distance_by_rows(name, profiles[name], matmul))
     ratio_keys = []
     for base in baselines:
         for name in engines:
@@ -461,8 +470,7 @@ def main() -> None:
     print()
     print_bound(results, list(seconds), matmul, args.batch_size)
     print()
-    print_distance_by_rows(results, [name for name in seconds if any(
-        key.startswith((f"{name}_prefill_rows_", f"{name}_decode_rows_")) for key in results)])
+    print_distance_by_rows(results, [name for name in seconds if timed_calls(profiles[name])])
     print()
     if "identical_outputs" in results:
         print(f"engine vs replay: identical greedy outputs {results['identical_outputs']:.2%}, identical query "

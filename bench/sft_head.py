@@ -97,9 +97,12 @@ def paired(trainer, batches: int, repeats: int) -> dict:
     if not score_labelled_only(trainer):
         raise SystemExit("the labelled-only head applies to CPU training only")
     heads["label_only"] = patched.forward
-    # trainer.train() runs the forward under accelerate's autocast (bf16 where the recipe trains in it); calling
-    # training_step directly does not, so each head's forward gets it here (the backward stays outside, as there)
-    heads = {name: trainer.accelerator.autocast()(forward) for name, forward in heads.items()}
+    # trainer.train() has accelerate wrap the forward in its autocast (bf16 where the recipe trains in it) and cast
+    # the outputs to float32; calling training_step directly does neither, so each head's forward gets both here
+    # (the backward stays outside autocast, as there)
+    from accelerate.utils import convert_outputs_to_fp32
+
+    heads = {name: convert_outputs_to_fp32(trainer.accelerator.autocast()(forward)) for name, forward in heads.items()}
     trainer.current_gradient_accumulation_steps = 1
     data = [b for _, b in zip(range(batches), trainer.get_train_dataloader())]
     seconds = {k: [[] for _ in data] for k in heads}

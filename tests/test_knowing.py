@@ -73,15 +73,37 @@ def test_leaked_fact_is_one_a_trained_passage_states():
                            for p in kw.world.passages if p.id in kw.trained_pids)
 
 
+def test_knowing_training_recomputes_no_activations(smol_tokenizer, tmp_path):
+    # trl turns activation checkpointing on by default; the knowing model's recipe turns it off: the same weights,
+    # without a second forward pass of every layer in each backward
+    import torch
+    from datasets import Dataset
+    from trl import SFTTrainer
 
-def test_knowing_training_recomputes_no_activations(tmp_path):
-    # trl turns activation checkpointing on by default; the knowing model's recipe turns it off (the same weights,
-    # without a second forward pass of every layer in each backward)
+    from tests.conftest import tiny_llama
+    from training.adapt_llm_tokens import tokenize_instances
     from training.knowing_model import sft_args
     from training.knowing_steps import KnowingConfig
+    from training.label_only_head import score_labelled_only
+    from training.varlen_attention import use_for_padding_free
 
-    args = sft_args(KnowingConfig(seed=0), tmp_path)
-    assert args.gradient_checkpointing is False and getattr(args, "activation_checkpointing", False) is False
+    assert sft_args(KnowingConfig(seed=0), tmp_path).activation_checkpointing is False
+    prompts = [f"<|im_start|>user\nWhere is Vaskel {i}?<|im_end|>\n<|im_start|>assistant\n" for i in range(16)]
+    data = Dataset.from_dict(tokenize_instances(smol_tokenizer, prompts, [f"In Orm {i}.<|im_end|>" for i in range(16)]))
+    weights = {}
+    for checkpointing in (True, False):
+        model = tiny_llama(len(smol_tokenizer)).train()
+        use_for_padding_free(model, True)
+        args = sft_args(KnowingConfig(seed=0, max_steps=2), tmp_path / str(checkpointing))
+        args.gradient_checkpointing = args.activation_checkpointing = checkpointing
+        args.save_strategy, args.disable_tqdm = "no", True
+        trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=smol_tokenizer)
+        score_labelled_only(trainer)
+        trainer.train()
+        assert model.is_gradient_checkpointing == checkpointing
+        weights[checkpointing] = torch.cat([w.detach().flatten() for w in model.parameters()])
+    assert torch.equal(weights[True], weights[False])
+
 
 # -- the tiny build ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")

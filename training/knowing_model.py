@@ -85,7 +85,6 @@ def train(cfg: KnowingConfig, kw: KnowingWorld, replay: list[dict], out: Path) -
     from transformers.trainer_utils import get_last_checkpoint
     from trl import SFTTrainer
 
-
     model, tokenizer = load_causal_lm(cfg.base_model, ModelOptions(dtype="float32"))  # bf16 runs as autocast
     model.train()
     if cfg.training_mix == "reasoning":

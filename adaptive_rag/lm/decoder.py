@@ -132,6 +132,13 @@ class BatchDecoder:
     def _timed(self, name: str):
         return self.profile.section(name) if self.profile is not None else nullcontext()
 
+    def _since(self, start: float) -> float:
+        """Seconds since ``start``; under a profile on CUDA, once the queued kernels have run (a call returns before
+        they do, and the wait would fall on the next operation that reads a result)."""
+        if self.profile is not None and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter() - start
+
     @torch.no_grad()
     def set_shared_prefix(self, ids: list[int] | None) -> None:
         """Prefill ``ids`` once (``None`` or empty: no shared head). From now on a prompt whose ids start with them
@@ -150,7 +157,7 @@ class BatchDecoder:
                        attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=self.device),
                        position_ids=torch.arange(len(ids), device=self.device)[None], cache=cache, use_cache=True,
                        logits_to_keep=1)
-            seconds = time.perf_counter() - start
+            seconds = self._since(start)
         self.forward_passes += 1
         if self.profile is not None:
             self.profile.count("prefill_tokens", len(ids))
@@ -263,7 +270,7 @@ class BatchDecoder:
             watched = logp[:, list(self.watch_token_ids)].exp().tolist() if self.watch_token_ids else None
             # the last prompt position's row: it chose the first token (a one-token input took the decode path)
             prefill_rows = self.buffer.row.float().cpu() if self.buffer is not None else None
-            seconds = time.perf_counter() - start
+            seconds = self._since(start)
         self.forward_passes += 1
         if self.profile is not None:
             self.profile.count("prefill_tokens", sum(map(len, own)))
@@ -301,7 +308,7 @@ class BatchDecoder:
                              cache=self.cache, use_cache=True)
             token, prob, entropy = self._choose(out.logits[:, -1])
             rows = self.buffer.row.float().cpu() if self.buffer is not None else None
-            seconds = time.perf_counter() - start
+            seconds = self._since(start)
         self.forward_passes += 1
         if self.profile is not None:
             # the shared head is one set of keys every row that starts with it reads: a step has to read it once,
@@ -309,7 +316,8 @@ class BatchDecoder:
             rows_with_head = sum(s.shared_head for s in self.seqs)
             copies = 0 if self.head_once else rows_with_head
             read = int(mask.sum()) - copies * len(self.prefix_ids) + (len(self.prefix_ids) if rows_with_head else 0)
-            self.profile.work("decode", len(self.seqs), len(self.seqs), int(mask.sum() + head.sum()), read, seconds)
+            self.profile.work("decode", len(self.seqs), len(self.seqs), int(mask.sum() + head.sum()), read,
+                              seconds=seconds)
         self.mask = mask
         real = mask.bool()
         if self._prefix_f32 and bool(self.has_head.any()):  # rows span [shared head][own tokens]

@@ -21,7 +21,9 @@ class Profile:
         self._nested: list[float] = []  # per open section: seconds spent in sections nested inside it
         # per call: (phase, tokens, logits rows, attention pairs, cached positions read)
         self.calls: list[tuple[str, int, int, int, int]] = []
-        self.call_seconds: list[float | None] = []  # per call: its wall seconds where the caller timed it alone
+        # per call: its wall seconds where the caller timed it alone (the decoder: the model call, the choice of the
+        # next tokens and the attention rows' copy; only the model's products are in the bound)
+        self.call_seconds: list[float | None] = []
 
     @contextmanager
     def section(self, name: str):
@@ -50,7 +52,7 @@ class Profile:
         """One model call's work: ``tokens`` real (unpadded) positions through the layers, ``logits`` rows through the
         LM head, ``attention_pairs`` real (query, key) pairs scored per head and layer, ``kv_read`` distinct cached
         positions the call has to read (default: one per pair; a head shared by the batch's rows counts once);
-        ``seconds``: the call's own wall time, where the caller timed it (a call inside ``generate`` is not)."""
+        ``seconds``: the call's own wall time, where the caller timed it (the steps inside ``generate`` are not)."""
         self.calls.append((phase, tokens, logits, attention_pairs,
                            attention_pairs if kv_read is None else kv_read))
         self.call_seconds.append(seconds)
