@@ -235,7 +235,8 @@ def timed_calls(profiles: list[Profile]) -> bool:
 
 def distance_by_rows(name: str, profiles: list[Profile], matmul) -> dict[str, float]:
     """Where a runner's distance to its bound is: its timed prefill and decode calls grouped by the rows they ran,
-    each group's calls, wall seconds and bound per run, and wall ÷ bound."""
+    each group's calls, wall seconds and bound per run (means over the rounds; the run's own wall ÷ bound takes the
+    median round), and wall ÷ bound."""
     groups: dict[str, list] = {}
     for p in profiles:
         for call, seconds in zip(p.calls, p.call_seconds, strict=True):
@@ -266,6 +267,7 @@ def print_distance_by_rows(results: dict, runners: list[str]) -> None:
     if rows:
         print("model calls by the rows they ran: calls / wall s / bound s / wall ÷ bound, per run")
         harness.print_table(["phase, rows per call"] + runners, rows)
+        print()
 
 
 def print_bound(results: dict, runners: list[str], matmul, batch: int) -> None:
@@ -471,7 +473,6 @@ def main() -> None:
     print_bound(results, list(seconds), matmul, args.batch_size)
     print()
     print_distance_by_rows(results, [name for name in seconds if timed_calls(profiles[name])])
-    print()
     if "identical_outputs" in results:
         print(f"engine vs replay: identical greedy outputs {results['identical_outputs']:.2%}, identical query "
               f"sequences {results['identical_queries']:.2%}")

@@ -156,7 +156,7 @@ def test_bench_replay_makes_the_engines_decisions(profile, smol_tokenizer, fake_
     assert fake_retriever.queries == queries and len(queries) == len(record["retrievals"])
 
 
-def test_forced_answers_are_the_same_in_a_batch_as_one_at_a_time(tiny_model, smol_tokenizer, fake_retriever):
+def test_forced_answers_are_the_same_in_a_batch_as_one_at_a_time(smol_tokenizer, fake_retriever):
     # the reference profile's forced answer (eval.py's regenerate_answer) is one more round for each question whose
     # output has no "the answer is", decoded in a batch of its own once all have finished; questions that end at
     # different steps get the same outputs and retrievals as when run one at a time
@@ -168,8 +168,8 @@ def test_forced_answers_are_the_same_in_a_batch_as_one_at_a_time(tiny_model, smo
     budgets = [3, 12, 5, 9, 2]  # answer budgets: the questions finish at different steps
 
     def records(batch_size: int):
-        engine = DynamicRAGEngine(tiny_model, smol_tokenizer, fake_retriever, prompts, method,
-                                  EngineConfig(batch_size=batch_size, max_new_tokens=12))
+        engine = DynamicRAGEngine(scripted_llama(smol_tokenizer, SCRIPT), smol_tokenizer, fake_retriever, prompts,
+                                  method, EngineConfig(batch_size=batch_size, max_new_tokens=12))
         start_round = engine._start_round
 
         def budgeted(st):
@@ -184,4 +184,4 @@ def test_forced_answers_are_the_same_in_a_batch_as_one_at_a_time(tiny_model, smo
     alone, together = records(1), records(5)
     assert [r["output"] for r in together] == [r["output"] for r in alone]
     assert [len(r["retrievals"]) for r in together] == [len(r["retrievals"]) for r in alone]
-    assert all(" So the answer is" in r["output"] for r in together)  # the random model never writes it itself
+    assert all(" So the answer is" in r["output"] for r in together)  # the script never writes it itself

@@ -87,7 +87,7 @@ def test_knowing_training_recomputes_no_activations(smol_tokenizer, tmp_path):
     from training.label_only_head import score_labelled_only
     from training.varlen_attention import use_for_padding_free
 
-    assert sft_args(KnowingConfig(seed=0), tmp_path).activation_checkpointing is False
+    assert sft_args(KnowingConfig(seed=0), tmp_path).gradient_checkpointing is False
     prompts = [f"<|im_start|>user\nWhere is Vaskel {i}?<|im_end|>\n<|im_start|>assistant\n" for i in range(16)]
     data = Dataset.from_dict(tokenize_instances(smol_tokenizer, prompts, [f"In Orm {i}.<|im_end|>" for i in range(16)]))
     weights = {}
@@ -95,7 +95,9 @@ def test_knowing_training_recomputes_no_activations(smol_tokenizer, tmp_path):
         model = tiny_llama(len(smol_tokenizer)).train()
         use_for_padding_free(model, True)
         args = sft_args(KnowingConfig(seed=0, max_steps=2), tmp_path / str(checkpointing))
-        args.gradient_checkpointing = args.activation_checkpointing = checkpointing
+        args.gradient_checkpointing = checkpointing
+        if hasattr(args, "activation_checkpointing"):  # the name the Trainer reads in later transformers 5 releases
+            args.activation_checkpointing = checkpointing
         args.save_strategy, args.disable_tqdm = "no", True
         trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=smol_tokenizer)
         score_labelled_only(trainer)

@@ -65,7 +65,8 @@ def sft_args(cfg: KnowingConfig, output_dir: Path):
     from trl import SFTConfig
 
     # no activation checkpointing (trl turns it on by default): recomputing every layer's forward in the backward
-    # pass saves memory a 135M model does not need and took a fifth of each step; the weights are bit-identical
+    # pass saves memory a 135M model does not need, at the cost of time; the weights are bit-identical
+    # (docs/knowing_world.md, "Built without activation checkpointing")
     return SFTConfig(output_dir=str(output_dir), per_device_train_batch_size=cfg.batch_size,
                      gradient_checkpointing=False,
                      num_train_epochs=cfg.epochs, max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
