@@ -157,13 +157,17 @@ def test_authors_pattern_passes_cover_the_text_not_the_prompt(smol_tokenizer, fa
     assert p.counts["attention_pass_tokens"] == sum(len(ids) for ids, _ in seen)
 
 
+def hand_probe():
+    """2 layers; one layer's linears 1 s per row up to 4 rows, then flat 4 s (1 s per token saturated at 4 rows); LM
+    head 0.5 s at any rows; attention 10 FLOPs per pair per layer at the saturated rate of 100 FLOP/s."""
+    return bench_module("compute_bound").MatmulProbe(
+        rows=(1, 2, 4), layer_seconds=[1.0, 2.0, 4.0], head_seconds=[0.5, 0.5, 0.5], layer_flops_per_row=100.0,
+        head_flops_per_row=1000.0, layers=2, attention_flops_per_pair=10.0)
+
+
 def test_compute_bound_prices_each_call_by_hand():
     cb = bench_module("compute_bound")
-    # 2 layers; one layer's linears: 1 s per row up to 4 rows, then flat 4 s (so 1 s per token saturated at 4 rows);
-    # LM head 0.5 s at any rows; attention: 10 FLOPs per pair per layer at the saturated rate of 100 FLOP/s
-    probe = cb.MatmulProbe(rows=(1, 2, 4), layer_seconds=[1.0, 2.0, 4.0], head_seconds=[0.5, 0.5, 0.5],
-                           layer_flops_per_row=100.0, head_flops_per_row=1000.0, layers=2,
-                           attention_flops_per_pair=10.0)
+    probe = hand_probe()
     assert probe.layer_time(3) == 3.0 and probe.layer_time(8) == 8.0 and probe.saturated_rate == 100.0
     # a wide product slowed during the probe does not lower the saturated rate: the best wide product's counts
     slowed = cb.MatmulProbe(rows=(1, 64, 128), layer_seconds=[1.0, 64.0, 256.0], head_seconds=[1.0, 1.0, 1.0],
@@ -226,10 +230,7 @@ def test_baselines_stop_generating_at_the_paper_prompts_stop(runner, smol_tokeni
 
 
 def test_bound_figures_show_the_decode_tail(capsys):
-    bench, cb = bench_module("dynamic_rag"), bench_module("compute_bound")
-    probe = cb.MatmulProbe(rows=(1, 2, 4), layer_seconds=[1.0, 2.0, 4.0], head_seconds=[0.5, 0.5, 0.5],
-                           layer_flops_per_row=100.0, head_flops_per_row=1000.0, layers=2,
-                           attention_flops_per_pair=10.0)
+    bench, probe = bench_module("dynamic_rag"), hand_probe()
     p = Profile()
     p.cpu_seconds = 3.0
     for rows in (4, 3, 2, 1):  # a batch of 4 draining: half the steps run one or two rows
@@ -244,11 +245,7 @@ def test_bound_figures_show_the_decode_tail(capsys):
 
 
 def test_distance_by_rows_prices_each_group_of_calls_by_hand(capsys):
-    bench, cb = bench_module("dynamic_rag"), bench_module("compute_bound")
-    # as above: a layer's linears 1 s per row up to 4 rows, LM head 0.5 s, 10 FLOPs per pair at 100 FLOP/s
-    probe = cb.MatmulProbe(rows=(1, 2, 4), layer_seconds=[1.0, 2.0, 4.0], head_seconds=[0.5, 0.5, 0.5],
-                           layer_flops_per_row=100.0, head_flops_per_row=1000.0, layers=2,
-                           attention_flops_per_pair=10.0)
+    bench, probe = bench_module("dynamic_rag"), hand_probe()
     p = Profile()
     p.work("prefill", 3, 1, 6, seconds=15.4)  # bound 2 x 3 + 0.5 + 1.2 = 7.7
     p.work("decode", 1, 1, 5, seconds=11.0)  # bound 2 x 1 + 0.5 + 1.0 = 3.5
