@@ -95,7 +95,9 @@ def train(cfg: KnowingConfig, kw: KnowingWorld, replay: list[dict], out: Path) -
     data = Dataset.from_dict(tokenize_instances(tokenizer, prompts, completions)).shuffle(seed=cfg.seed)
     if cfg.finetune == "lora":
         from peft import LoraConfig, get_peft_model
+        from transformers import set_seed
 
+        set_seed(cfg.seed)  # LoRA's A matrices are random; the trainer seeds only once it is built
         model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, lora_dropout=0.0,
                                                  target_modules="all-linear", task_type="CAUSAL_LM"))
     use_for_padding_free(model, True)

@@ -331,6 +331,7 @@ def load_base_model(name: str, train_cfg: AdaptTrainConfig, device: str) -> tupl
 
 def _train_locked(state: Any, model_cfg: BaseModelConfig, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig,
                   dsd: DatasetDict, extra_configs: tuple) -> dict[str, Any]:
+    from transformers import set_seed
     from trl import SFTTrainer
 
     out = Path(train_cfg.output_dir)
@@ -338,6 +339,9 @@ def _train_locked(state: Any, model_cfg: BaseModelConfig, data_cfg: AdaptDataCon
     resume = _start_output(state.is_main_process, model_cfg, data_cfg, train_cfg, extra_configs)
     configure_wandb(train_cfg.report_to)
     model, tokenizer = load_base_model(base_name, train_cfg, str(state.device))
+    # the <RET> row (drawn around the mean embedding) and LoRA's A matrices are random: seeded here, since the
+    # trainer seeds only once it is built, so two runs of one command train the same adapter
+    set_seed(train_cfg.train_seed)
     ret_id = add_ret_token(tokenizer, model)
     ret_modules = ret_token_modules(model)
     model = build_peft_model(model, train_cfg, ret_id, base_name)
