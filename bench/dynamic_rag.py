@@ -442,6 +442,7 @@ def main() -> None:
             "signal_decode_seconds": statistics.median(s for _, s in plain_vs_signals),
             "signals_over_plain": statistics.median(s / p for p, s in plain_vs_signals),
             "signals_over_plain_runs": [s / p for p, s in plain_vs_signals]})
+    timed = [name for name in seconds if timed_calls(profiles[name])]  # the engines: calls timed one by one
     for name, runs in seconds.items():
         median, low, high = harness.spread(runs)
         results[f"{name}_seconds"], results[f"{name}_seconds_min"], results[f"{name}_seconds_max"] = median, low, high
@@ -449,7 +450,7 @@ def main() -> None:
         results[f"{name}_seconds_runs"] = runs
         results.update(profile_figures(name, profiles[name], runs, n))
         results.update(bound_figures(name, profiles[name], matmul, median))
-        if timed_calls(profiles[name]):
+        if name in timed:
             results.update(distance_by_rows(name, profiles[name], matmul))
     ratio_keys = []
     for base in baselines:
@@ -472,7 +473,7 @@ def main() -> None:
     print()
     print_bound(results, list(seconds), matmul, args.batch_size)
     print()
-    print_distance_by_rows(results, [name for name in seconds if timed_calls(profiles[name])])
+    print_distance_by_rows(results, timed)
     if "identical_outputs" in results:
         print(f"engine vs replay: identical greedy outputs {results['identical_outputs']:.2%}, identical query "
               f"sequences {results['identical_queries']:.2%}")

@@ -75,3 +75,37 @@ def format_table(header: list[str], rows: list[list[Any]], floats: str = ".2f") 
 
 def print_table(header: list[str], rows: list[list[Any]], floats: str = ".2f") -> None:
     print(format_table(header, rows, floats))
+
+
+def rotate_training_steps(trainer, variants: dict, batches: int, repeats: int):
+    """Forward + backward (``trainer.training_step``, no optimizer step) of ``batches`` micro-batches at the same
+    weights under every variant in rotation (A B C A B C ...: a neighbour's load hits all of them alike).
+    ``variants[name](i)`` sets the model up for that variant and returns its form of batch ``i``; the first variant
+    is the reference. Returns each variant's seconds per batch (one per repeat) and the largest relative loss and
+    gradient differences from the reference."""
+    import torch
+
+    model = trainer.model
+    seconds = {name: [[] for _ in range(batches)] for name in variants}
+    reference = next(iter(variants))
+    loss_diff = grad_diff = 0.0
+    for _ in range(repeats):
+        for i in range(batches):
+            seen = {}
+            for name, setup in variants.items():
+                batch = setup(i)
+                n_items = int((batch["labels"][..., 1:] != -100).sum())
+                start = time.perf_counter()
+                loss = trainer.training_step(model, batch, n_items)
+                if model.device.type == "cuda":
+                    torch.cuda.synchronize()
+                seconds[name][i].append(time.perf_counter() - start)
+                seen[name] = (float(loss), torch.cat([g.grad.flatten().float() for g in model.parameters()
+                                                      if g.grad is not None]))
+                model.zero_grad()
+            print(f"    batch {i}: " + " ".join(f"{k} {v[i][-1]:.3f}s" for k, v in seconds.items()), flush=True)
+            base_loss, base_grad = seen.pop(reference)
+            for loss, grad in seen.values():
+                loss_diff = max(loss_diff, abs(loss - base_loss) / abs(base_loss))
+                grad_diff = max(grad_diff, float((grad - base_grad).norm() / base_grad.norm()))
+    return seconds, loss_diff, grad_diff

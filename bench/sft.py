@@ -32,7 +32,7 @@ import time
 import zlib
 
 import torch
-from harness import add_json_arg, add_threads_arg, load_1min, set_threads, write_json
+from harness import add_json_arg, add_threads_arg, load_1min, rotate_training_steps, set_threads, write_json
 
 VARIANTS = ("padded", "padding_free", "packing")
 
@@ -86,29 +86,13 @@ def paired_steps(trainer, batches: int, repeats: int) -> dict:
     padded = [b for _, b in zip(range(batches), trainer.get_train_dataloader())]
     forms = {"padded": padded, "padding_free": [flatten(b, pad_id) for b in padded]}
     forms["padding_free_varlen"] = forms["padding_free"]
-    seconds = {k: [[] for _ in padded] for k in kinds}
-    loss_diff, grad_diff = 0.0, 0.0
-    for _ in range(repeats):
-        for i in range(len(padded)):
-            grads = {}
-            for kind, attn in kinds.items():
-                model.set_attn_implementation(attn)
-                batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in forms[kind][i].items()}
-                n_items = int((batch["labels"][..., 1:] != -100).sum())
-                start = time.perf_counter()
-                loss = trainer.training_step(model, batch, n_items)
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                seconds[kind][i].append(time.perf_counter() - start)
-                grads[kind] = (float(loss), torch.cat([p.grad.flatten().float() for p in model.parameters()
-                                                       if p.grad is not None]))
-                model.zero_grad()
-            print(f"    paired batch {i}: " + " ".join(f"{k} {v[i][-1]:.3f}s" for k, v in seconds.items()),
-                  flush=True)
-            base_loss, base_grad = grads.pop("padded")
-            for loss, grad in grads.values():
-                loss_diff = max(loss_diff, abs(loss - base_loss) / abs(base_loss))
-                grad_diff = max(grad_diff, float((grad - base_grad).norm() / base_grad.norm()))
+    def setup(kind: str):
+        def form(i: int) -> dict:
+            model.set_attn_implementation(kinds[kind])
+            return {k: v.to(device) if torch.is_tensor(v) else v for k, v in forms[kind][i].items()}
+        return form
+
+    seconds, loss_diff, grad_diff = rotate_training_steps(trainer, {k: setup(k) for k in kinds}, len(padded), repeats)
     model.set_attn_implementation("sdpa")
     tokens = sum(int(b["attention_mask"].sum()) for b in padded)
     out = {"paired_batches": len(padded), "paired_repeats": repeats, "paired_real_tokens": tokens,

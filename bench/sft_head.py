@@ -24,36 +24,30 @@ import argparse
 import gc
 import statistics
 import tempfile
-import time
 
 import torch
-from harness import add_json_arg, add_threads_arg, load_1min, print_table, set_threads, write_json
+from harness import (
+    add_json_arg,
+    add_threads_arg,
+    load_1min,
+    print_table,
+    rotate_training_steps,
+    set_threads,
+    write_json,
+)
 
 MIXES = ("knowing", "adapt")
 
 
 def knowing_trainer(args):
-    from datasets import Dataset
-    from trl import SFTTrainer
+    from training.knowing_model import build_trainer
+    from training.knowing_steps import KnowingConfig
 
-    from adaptive_rag.lm.models import ModelOptions, load_causal_lm
-    from training.adapt_llm_tokens import tokenize_instances
-    from training.knowing_model import sft_args
-    from training.knowing_steps import KnowingConfig, training_texts
-    from training.varlen_attention import use_for_padding_free
-
-    cfg = KnowingConfig(seed=0)
-    kw = cfg.knowing_world()
+    cfg = KnowingConfig(seed=0, base_model=args.model)
     replay = [{"question": f.question, "base_answer": f"The answer is {f.answers[0]}.", "replayed": True}
               for f in _common_questions(cfg)]
-    model, tokenizer = load_causal_lm(args.model, ModelOptions(dtype="float32"))
-    model.train()
-    prompts, completions = training_texts(kw, replay, tokenizer)
-    data = Dataset.from_dict(tokenize_instances(tokenizer, prompts, completions)).shuffle(seed=0)
-    use_for_padding_free(model, True)
-    sft = sft_args(cfg, tempfile.mkdtemp(prefix="bench-sft-head-"))
-    sft.disable_tqdm, sft.save_strategy = True, "no"
-    return SFTTrainer(model=model, args=sft, train_dataset=data, processing_class=tokenizer)
+    trainer, _ = build_trainer(cfg, cfg.knowing_world(), replay, tempfile.mkdtemp(prefix="bench-sft-head-"))
+    return trainer
 
 
 def _common_questions(cfg):
@@ -67,18 +61,14 @@ def adapt_trainer(args):
     from sft import adapt_dataset
     from trl import SFTTrainer
 
-    from adaptive_rag.lm.models import ModelOptions, load_causal_lm
     from training.adapt_llm_config import AdaptTrainConfig
     from training.adapt_llm_tokens import tokenize_split
-    from training.lora_sft import _precision, add_ret_token, build_peft_model, sft_config
-    from training.varlen_attention import use_for_padding_free
+    from training.lora_sft import add_ret_token, build_peft_model, load_base_model, sft_config
 
     cfg = AdaptTrainConfig(output_dir=tempfile.mkdtemp(prefix="bench-sft-head-"), micro_batch_size=8,
                            effective_batch_size=8, max_steps=1, padding_free=True, save_steps=10, report_to="none",
                            eval_steps=None, lora_dropout=0.0)
-    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(_precision(cfg), "float32")
-    model, tokenizer = load_causal_lm(args.model, ModelOptions(dtype=dtype))
-    use_for_padding_free(model, True)
+    model, tokenizer = load_base_model(args.model, cfg, "cpu")  # the recipe's precision, sdpa_varlen
     model = build_peft_model(model, cfg, add_ret_token(tokenizer, model), args.model)
     sft = sft_config(cfg, processes=1, has_eval=False)
     sft.disable_tqdm, sft.save_strategy = True, "no"
@@ -91,7 +81,6 @@ def paired(trainer, batches: int, repeats: int) -> dict:
     """trl's head and the labelled-only head in rotation on the first ``batches`` micro-batches."""
     from training.label_only_head import patched_model, score_labelled_only
 
-    model = trainer.model
     patched = patched_model(trainer)
     heads = {"trl": patched.forward}
     if not score_labelled_only(trainer):
@@ -105,24 +94,15 @@ def paired(trainer, batches: int, repeats: int) -> dict:
     heads = {name: convert_outputs_to_fp32(trainer.accelerator.autocast()(forward)) for name, forward in heads.items()}
     trainer.current_gradient_accumulation_steps = 1
     data = [b for _, b in zip(range(batches), trainer.get_train_dataloader())]
-    seconds = {k: [[] for _ in data] for k in heads}
-    loss_diff = grad_diff = 0.0
-    for _ in range(repeats):
-        for i, batch in enumerate(data):
-            seen = {}
-            for name, forward in heads.items():
-                patched.forward = forward
-                n_items = int((batch["labels"][..., 1:] != -100).sum())
-                start = time.perf_counter()
-                loss = trainer.training_step(model, dict(batch), n_items)
-                seconds[name][i].append(time.perf_counter() - start)
-                seen[name] = (float(loss), torch.cat([p.grad.flatten().float() for p in model.parameters()
-                                                      if p.grad is not None]))
-                model.zero_grad()
-            (a, ga), (b, gb) = seen["trl"], seen["label_only"]
-            loss_diff = max(loss_diff, abs(a - b) / abs(a))
-            grad_diff = max(grad_diff, float((ga - gb).norm() / ga.norm()))
-            print(f"    batch {i}: " + " ".join(f"{k} {v[i][-1]:.3f}s" for k, v in seconds.items()), flush=True)
+
+    def setup(forward):
+        def form(i: int) -> dict:
+            patched.forward = forward
+            return dict(data[i])
+        return form
+
+    seconds, loss_diff, grad_diff = rotate_training_steps(trainer, {k: setup(f) for k, f in heads.items()}, len(data),
+                                                          repeats)
     tokens = sum(b["input_ids"].numel() for b in data)
     labelled = sum(int((b["labels"][..., 1:] != -100).sum()) for b in data)
     out = {"batches": len(data), "repeats": repeats, "tokens": tokens, "labelled_share": labelled / tokens,

@@ -77,13 +77,10 @@ def sft_args(cfg: KnowingConfig, output_dir: Path):
                      dataloader_num_workers=0, disable_tqdm=False)
 
 
-def train(cfg: KnowingConfig, kw: KnowingWorld, replay: list[dict], out: Path) -> dict[str, Any]:
-    """Fine-tune ``cfg.base_model`` into ``out/model``; resumes from ``out/train``'s last checkpoint."""
-    final = out / "model"
-    if (final / "config.json").is_file():
-        return json.loads((out / "train_results.json").read_text())
+def build_trainer(cfg: KnowingConfig, kw: KnowingWorld, replay: list[dict], output_dir: Path) -> tuple[Any, Any]:
+    """The knowing model's trainer over its training mix, and that mix: trl's head still in place
+    (``bench/sft_head.py`` times it against the labelled-only head on this trainer)."""
     from datasets import Dataset
-    from transformers.trainer_utils import get_last_checkpoint
     from trl import SFTTrainer
 
     model, tokenizer = load_causal_lm(cfg.base_model, ModelOptions(dtype="float32"))  # bf16 runs as autocast
@@ -101,9 +98,19 @@ def train(cfg: KnowingConfig, kw: KnowingWorld, replay: list[dict], out: Path) -
         model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, lora_dropout=0.0,
                                                  target_modules="all-linear", task_type="CAUSAL_LM"))
     use_for_padding_free(model, True)
-    precision = _training_precision(cfg)
-    trainer = SFTTrainer(model=model, args=sft_args(cfg, out / "train"), train_dataset=data,
-                         processing_class=tokenizer)
+    trainer = SFTTrainer(model=model, args=sft_args(cfg, output_dir), train_dataset=data, processing_class=tokenizer)
+    return trainer, data
+
+
+def train(cfg: KnowingConfig, kw: KnowingWorld, replay: list[dict], out: Path) -> dict[str, Any]:
+    """Fine-tune ``cfg.base_model`` into ``out/model``; resumes from ``out/train``'s last checkpoint."""
+    final = out / "model"
+    if (final / "config.json").is_file():
+        return json.loads((out / "train_results.json").read_text())
+    from transformers.trainer_utils import get_last_checkpoint
+
+    trainer, data = build_trainer(cfg, kw, replay, out / "train")
+    tokenizer, precision = trainer.processing_class, _training_precision(cfg)
     score_labelled_only(trainer)
     resume = get_last_checkpoint(str(out / "train")) if (out / "train").is_dir() else None
     start = time.perf_counter()
