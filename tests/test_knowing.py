@@ -232,6 +232,28 @@ def test_claims_pipelines_run_on_the_tiny_build(tiny_build, monkeypatch, tmp_pat
     assert saved["dataset"] == "knowing-bridge"
 
 
+def test_trigger_claim_pipeline_on_the_tiny_build(tiny_build, monkeypatch, tmp_path, capsys):
+    """The trigger against the truth: signals without retrieval, θ from their quantiles, DRAGIN as a gate."""
+    from inference.commands import evaluate, knowing_claims, trigger_thresholds
+
+    root, _ = tiny_build
+    monkeypatch.setenv("ADAPTIVE_RAG_KNOWING_DIR", str(root))
+    common = ["--model", str(root / "seed0" / "model"), "--dataset", "knowing-adapt", "--limit", "4",
+              "--max_new_tokens", "4", "--show_progress", "false", "--dtype", "float32"]
+    signals = tmp_path / "signals"
+    evaluate.main(["--method", "dragin", "--theta", "1e9", "--keep_signals", "true", *common,
+                   "--output_dir", str(signals)])
+    capsys.readouterr()
+    trigger_thresholds.main(["quantiles", str(signals), "--shares", "0.5"])
+    theta = capsys.readouterr().out.split()[0]
+    for method, extra in (("wo-rag", []), ("sr-rag", []), ("dragin", ["--theta", theta])):
+        evaluate.main(["--method", method, *extra, *common, "--output_dir", str(tmp_path / "runs" / method)])
+    text = knowing_claims.claims_report([str(signals), str(tmp_path / "runs")])
+    assert "## The trigger's signals against the truth on knowing-adapt" in text
+    assert "highest RIND score (DRAGIN's trigger)" in text
+    assert "## Triggers as gates on knowing-adapt" in text and "| dragin (paper) |" in text
+
+
 def test_gate_agreement_hand_computed():
     from inference.commands.knowing_claims import gate_agreement
 
@@ -271,6 +293,7 @@ def test_adapt_claim_pipeline_on_the_tiny_build(tiny_build, monkeypatch, tmp_pat
                        "--output_dir", str(tmp_path / "runs" / method)])
     text = knowing_claims.claims_report([str(tmp_path / "runs")])
     assert "## ADAPT-LLM on knowing-adapt" in text and "gate vs the recorded label" in text
+    assert "| oracle gate (retrieve = unknown) |" in text and "the gate's <RET> probability" in text
 
 
 def test_distill_report_is_read(tmp_path):

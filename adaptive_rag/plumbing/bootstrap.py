@@ -53,3 +53,33 @@ def metric_intervals(rows: Sequence[Mapping[str, float]], metrics: Sequence[str]
         if rows and all(m in r for r in rows):
             out[m] = bootstrap_ci([float(r[m]) for r in rows], **kwargs)
     return out
+
+
+def auroc(scores: Sequence[float], positives: Sequence[bool]) -> float | None:
+    """The area under the ROC curve of ``scores`` for telling positives from negatives: the chance that a random
+    positive scores above a random negative, ties counting half (Mann-Whitney U ÷ n_pos·n_neg). None without both
+    classes."""
+    s, p = np.asarray(scores, dtype=float), np.asarray(positives, dtype=bool)
+    if len(s) != len(p):
+        raise ValueError(f"auroc needs one label per score: {len(s)} scores, {len(p)} labels")
+    n_pos, n_neg = int(p.sum()), int((~p).sum())
+    if not n_pos or not n_neg:
+        return None
+    greater = (s[p][:, None] > s[~p][None, :]).sum()
+    ties = (s[p][:, None] == s[~p][None, :]).sum()
+    return float((greater + 0.5 * ties) / (n_pos * n_neg))
+
+
+def auroc_ci(scores: Sequence[float], positives: Sequence[bool], *, n_resamples: int = N_RESAMPLES, seed: int = 0,
+             level: float = 0.95) -> tuple[float, float, float] | None:
+    """(AUROC, low, high): percentile bootstrap over questions; resamples holding one class only are skipped."""
+    s, p = np.asarray(scores, dtype=float), np.asarray(positives, dtype=bool)
+    point = auroc(s, p)
+    if point is None:
+        return None
+    rng = np.random.default_rng(seed)
+    draws = [auroc(s[idx], p[idx]) for idx in rng.integers(0, len(s), size=(n_resamples, len(s)))]
+    draws = [d for d in draws if d is not None]
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(draws, [tail, 100 - tail])
+    return point, float(lo), float(hi)

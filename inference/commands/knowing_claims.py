@@ -7,7 +7,13 @@ dataset:
 
 * ADAPT-LLM: runs of methods ``nr``, ``ar`` and ``adapt-llm``: accuracy of each, ADAPT-LLM minus the better of NR and
   AR (paired over questions), retrieval shares, and the gate's precision and recall for "retrieve" against the
-  knowing model's recorded label (``metadata.label`` of each question: ``unknown`` should retrieve).
+  knowing model's recorded label (``metadata.label`` of each question: ``unknown`` should retrieve); the oracle gate
+  (AR's answer where the label is ``unknown``, NR's elsewhere) and the AUROC of the gate's ``<RET>`` probability.
+* The trigger against the truth, on single-hop questions that carry the label: for DRAGIN runs saved with
+  ``keep_signals``, the AUROC against ``unknown`` of the answer's highest RIND score (what DRAGIN compares to θ), of
+  its highest word entropy and of FLARE's signal (1 − its lowest token probability); and, given ``wo-rag`` and
+  ``sr-rag`` runs, each triggered method (``dragin``, ``flare``, ...) as a gate: accuracy and retrieval share
+  against not retrieving and always retrieving, and its precision and recall against the label.
 * DRAGIN vs the baselines (``wo-rag``, ``sr-rag``, ``fl-rag``, ``fs-rag``, ``flare``, ``dragin``): F1 and retrievals per
   question; DRAGIN's F1 minus the best baseline's; and where retrievals fired on bridges with an unknown hop: the
   share of questions whose first retrieval came before the output stated the unknown hop's answer.
@@ -26,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptive_rag.lm.models import load_tokenizer
-from adaptive_rag.plumbing.bootstrap import bootstrap_ci, paired_diff_ci
+from adaptive_rag.plumbing.bootstrap import auroc_ci, bootstrap_ci, paired_diff_ci
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config
 from adaptive_rag.plumbing.errors import ConfigError, DataError
@@ -34,6 +40,7 @@ from adaptive_rag.plumbing.question_set import QuestionSet
 from adaptive_rag.plumbing.scoring import score_record
 from data_builders.question_loader import WorldOptions, read_set
 from inference.commands.report import EvalRun, find_runs
+from inference.dynamic_rag.signals import has_text
 
 DYNAMIC = ("wo-rag", "sr-rag", "fl-rag", "fs-rag", "flare", "dragin")
 
@@ -69,6 +76,12 @@ def _labels(run: EvalRun) -> dict[str, dict[str, Any]]:
                                                    world=WorldOptions(seed=cfg.get("world_seed", 0)))}
 
 
+def _labelled(run: EvalRun) -> bool:
+    """Whether the run's questions are single-hop ones carrying the knowing model's label."""
+    labels = _labels(run)
+    return bool(labels) and all("label" in m for m in labels.values())
+
+
 def gate_agreement(retrieved: dict[str, float], labels: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Precision and recall of "retrieve" against the label ``unknown`` (questions without a label are skipped)."""
     pairs = [(bool(retrieved[i]), labels[i]["label"] == "unknown") for i in retrieved if "label" in labels.get(i, {})]
@@ -78,15 +91,90 @@ def gate_agreement(retrieved: dict[str, float], labels: dict[str, dict[str, Any]
             "precision": tp / n_ret if n_ret else None, "recall": tp / n_unknown if n_unknown else None}
 
 
+def _auroc_line(name: str, scores: dict[str, float], labels: dict[str, dict[str, Any]]) -> str:
+    ids = [i for i in scores if "label" in labels.get(i, {})]
+    got = auroc_ci([scores[i] for i in ids], [labels[i]["label"] == "unknown" for i in ids])
+    return f"| {name} | {_fmt(*got) if got else '- (one class only)'} |"
+
+
 def adapt_claim(runs: dict[str, EvalRun]) -> list[str]:
     acc = {m: _per_question(runs[m], "acc") for m in ("nr", "ar", "adapt-llm")}
     share = {m: _per_question(runs[m], "retrieved") for m in ("nr", "ar", "adapt-llm")}
     best = max(("nr", "ar"), key=lambda m: sum(acc[m].values()))
-    gate = gate_agreement(share["adapt-llm"], _labels(runs["adapt-llm"]))
+    labels = _labels(runs["adapt-llm"])
+    gate = gate_agreement(share["adapt-llm"], labels)
     lines = [f"| {m} | {_mean_ci(acc[m])} | {_mean_ci(share[m])} |" for m in ("nr", "ar", "adapt-llm")]
-    return ["| policy | accuracy [95% CI] | retrieval share [95% CI] |", "|---|---|---|", *lines, "",
-            f"ADAPT-LLM − {best.upper()} (the better baseline), paired: {_paired(acc['adapt-llm'], acc[best])}",
-            f"gate vs the recorded label (retrieve = unknown): {json.dumps(gate)}"]
+    # the best any gate over these two answers can do: retrieve exactly where the model does not know the fact
+    oracle = {i: acc["ar"][i] if labels[i]["label"] == "unknown" else acc["nr"][i]
+              for i in set(acc["nr"]) & set(acc["ar"]) if "label" in labels.get(i, {})}
+    if oracle:
+        lines.append(f"| oracle gate (retrieve = unknown) | {_mean_ci(oracle)} | "
+                     f"{_mean_ci({i: float(labels[i]['label'] == 'unknown') for i in oracle})} |")
+    out = ["| policy | accuracy [95% CI] | retrieval share [95% CI] |", "|---|---|---|", *lines, "",
+           f"ADAPT-LLM − {best.upper()} (the better baseline), paired: {_paired(acc['adapt-llm'], acc[best])}",
+           f"gate vs the recorded label (retrieve = unknown): {json.dumps(gate)}"]
+    if oracle:
+        out.append(f"oracle gate − {best.upper()}, paired: {_paired(oracle, acc[best])}")
+    p_ret = {r.id: r.gate.p_ret for r in runs["adapt-llm"].records() if r.gate and r.gate.p_ret is not None}
+    if p_ret:
+        out += ["", "| signal | AUROC against `unknown` [95% CI] |", "|---|---|",
+                _auroc_line("the gate's <RET> probability", p_ret, labels)]
+    return out
+
+
+def answer_signals(record) -> dict[str, float] | None:
+    """The first round's highest RIND score (the value DRAGIN compares to θ), highest word entropy and FLARE's
+    signal (1 − the lowest token probability), from a record saved with ``keep_signals``; None without signals."""
+    if not record.signals:
+        return None
+    words = [w for w in record.signals[0]["words"] if has_text(w["text"])]
+    if not words:  # an empty answer: nothing to doubt
+        return {"rind": 0.0, "entropy": 0.0, "low_prob": 0.0}
+    return {"rind": max(w["score"] for w in words), "entropy": max(w["entropy"] for w in words),
+            "low_prob": 1.0 - min(w["min_prob"] for w in words)}
+
+
+SIGNAL_NAMES = {"rind": "highest RIND score (DRAGIN's trigger)", "entropy": "highest word entropy",
+                "low_prob": "1 − lowest token probability (FLARE's trigger)"}
+
+
+def signal_claim(runs: list[EvalRun]) -> list[str]:
+    """AUROC of each answer signal against the label ``unknown``, one row per signal and DRAGIN profile."""
+    lines = ["| run | signal | AUROC against `unknown` [95% CI] |", "|---|---|---|"]
+    for run in runs:
+        labels = _labels(run)
+        per_q = {r.id: s for r in run.records() if (s := answer_signals(r)) is not None}
+        profile = run.config.get("dragin_profile", "paper")
+        for key, name in SIGNAL_NAMES.items():
+            row = _auroc_line(name, {i: s[key] for i, s in per_q.items()}, labels)
+            lines.append(f"| {run.method} ({profile}) {row[1:]}")
+    return lines
+
+
+def policy_name(run: EvalRun) -> str:
+    """A run's name in the gate table: DRAGIN's profile is part of it (both profiles can run on one set)."""
+    if run.method == "dragin":
+        return f"dragin ({run.config.get('dragin_profile', 'paper')})"
+    return run.method
+
+
+def policy_claim(runs: dict[str, EvalRun]) -> list[str]:
+    """Triggered methods as gates on single-hop labelled questions, against not retrieving (``wo-rag``) and always
+    retrieving (``sr-rag``): accuracy, retrieval share, the paired difference to the better of the two, and the
+    trigger's precision and recall against the label ``unknown``."""
+    acc = {m: _per_question(r, "acc") for m, r in runs.items()}
+    share = {m: {i: float(v > 0) for i, v in _per_question(r, "retrievals").items()} for m, r in runs.items()}
+    best = max(("wo-rag", "sr-rag"), key=lambda m: sum(acc[m].values()))
+    labels = _labels(runs["wo-rag"])
+    lines = ["| policy | accuracy [95% CI] | retrieval share [95% CI] | − the better of wo-rag and sr-rag, paired | "
+             "precision / recall for `unknown` |", "|---|---|---|---|---|"]
+    for m in sorted(runs, key=lambda m: (m not in ("wo-rag", "sr-rag"), m)):
+        gate = gate_agreement(share[m], labels)
+        pr = " / ".join("-" if gate[k] is None else f"{gate[k]:.2f}" for k in ("precision", "recall"))
+        diff = "-" if m == best else _paired(acc[m], acc[best])
+        lines.append(f"| {m} | {_mean_ci(acc[m])} | {_mean_ci(share[m])} | {diff} | {pr} |")
+    unknown = sum(m.get("label") == "unknown" for m in labels.values()) / len(labels)
+    return lines + ["", f"the better baseline: {best}; share of questions labelled unknown: {unknown:.2f}"]
 
 
 def unknown_hop_first(run: EvalRun, labels: dict[str, dict[str, Any]], tokenizer) -> dict[str, float]:
@@ -148,11 +236,18 @@ def claims_report(paths: list[str]) -> str:
             by_dataset[str(r.config.get("dataset"))].append(r)
     parts = ["# Claims on the knowing model (paired bootstrap 95% intervals over questions)"]
     for dataset, group in sorted(by_dataset.items()):
+        with_signals = [r for r in group if r.config.get("keep_signals")]
+        group = [r for r in group if not r.config.get("keep_signals")]
         by_method = {r.method: r for r in group}
         if {"nr", "ar", "adapt-llm"} <= set(by_method):
             parts += [f"\n## ADAPT-LLM on {dataset}\n", *adapt_claim(by_method)]
+        if with_signals:
+            parts += [f"\n## The trigger's signals against the truth on {dataset}\n", *signal_claim(with_signals)]
         dynamic = {m: r for m, r in by_method.items() if m in DYNAMIC}
-        if dynamic:
+        if {"wo-rag", "sr-rag"} <= set(dynamic) and _labelled(dynamic["wo-rag"]):
+            policies = {policy_name(r): r for r in group if r.method in DYNAMIC}
+            parts += [f"\n## Triggers as gates on {dataset}\n", *policy_claim(policies)]
+        elif dynamic:
             parts += [f"\n## DRAGIN and the baselines on {dataset}\n", *dynamic_claim(dynamic)]
         iters = {int(r.config.get("iterations", 2)): r for r in group if r.method == "iter-retgen"}
         if iters:

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The trigger against the truth, for one world seed (docs/knowing_world.md, "The trigger against the truth"), after
+# knowing_claims.sh SEED (it needs the knowing model and its BM25 index):
+#   bash bench/experiments/knowing_trigger.sh 0
+# 1. DRAGIN's signals without retrieval (θ out of reach), both profiles, both halves of the single-hop set: AUROC of
+#    each answer's highest RIND score, word entropy and FLARE's signal against the recorded known/unknown label.
+# 2. θ tuned on the tuning half (the θ that fire on 20-80% of its questions; the most accurate, ties: fewer
+#    retrievals), then DRAGIN as a gate on the evaluation half against not retrieving and always retrieving.
+# Every step resumes.
+set -euo pipefail
+SEED=${1:-0}
+K=runs/knowing/seed$SEED
+T=$K/claims/trigger
+run() {  # run OUTPUT_DIR ARGS...: one evaluation, skipped when it has finished
+    local out=$1
+    shift
+    [ -f "$out/metrics.json" ] && return 0
+    python -m inference.commands.evaluate "$@" --model "$K/model" --index "$K/bm25" --world_seed "$SEED" \
+        --max_new_tokens 32 --batch_size 16 --show_progress false --output_dir "$out"
+}
+for profile in paper reference; do
+    for half in adapt-tune adapt; do
+        run "$T/signals/$half/$profile" --method dragin --dragin_profile "$profile" --theta 1e9 --keep_signals true \
+            --dataset "knowing-$half"
+    done
+    thetas=$(python -m inference.commands.trigger_thresholds quantiles "$T/signals/adapt-tune/$profile" \
+        --signal rind --shares 0.2,0.35,0.5,0.65,0.8)
+    tuned=()
+    for theta in $thetas; do
+        run "$T/tune/$profile/theta=$theta" --method dragin --dragin_profile "$profile" --theta "$theta" \
+            --dataset knowing-adapt-tune
+        tuned+=("$T/tune/$profile/theta=$theta")
+    done
+    best=$(python -m inference.commands.trigger_thresholds best "${tuned[@]}")
+    echo "$profile: θ $best (from $thetas)" | tee "$T/tune/$profile/best.txt"
+    run "$T/eval/dragin-$profile" --method dragin --dragin_profile "$profile" --theta "$best" --dataset knowing-adapt
+done
+for method in wo-rag sr-rag; do
+    run "$T/eval/$method" --method "$method" --dataset knowing-adapt
+done
+python -m inference.commands.knowing_claims "$T/signals/adapt" "$T/eval" --out "$T/claims.md"
