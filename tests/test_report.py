@@ -178,3 +178,15 @@ def test_cli_writes_the_report(runs, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| sweep/method=dragin,theta=0.8 | dragin | truncation=token, theta=0.8 |" in out and "report.html" in out
     assert (tmp_path / "o" / "frontier.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_intervals_score_answers_as_the_run_did(tmp_path):
+    """A run under DRAGIN's eval.py (reference profile) is scored on the text after its first "the answer is": the
+    interval must be of that metric, not of the project's whole-output containment."""
+    recs = [dict(record(i, True, 1), output="Paris So the answer is Rome") for i in range(3)]
+    folder = write_run(tmp_path / "ref", recs, method="dragin", dragin_profile="reference", dataset="world-two-hop")
+    run = report.load_eval_run(folder, "ref")
+    assert run.config["answer_extraction"] == "dragin"
+    assert run.intervals["acc"] == (0.0, 0.0)  # "Rome" is the answer the run scored
+    project = report.load_eval_run(write_run(tmp_path / "paper", recs, method="dragin"), "paper")
+    assert project.intervals["acc"] == (1.0, 1.0)  # the whole output contains "Paris"

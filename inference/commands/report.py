@@ -157,17 +157,19 @@ def load_eval_run(folder: Path, name: str) -> EvalRun:
                             **scoring_mode(config))
         name += " (unfinished)"
     return EvalRun(name, folder, config, metrics, intervals=record_intervals(
-        read_predictions(folder), config.get("answer_normalisation", "official")))
+        read_predictions(folder), config.get("answer_normalisation", "official"), **scoring_mode(config)))
 
 
-def record_intervals(records: list[PredictionRecord], normalisation: str = "official") -> dict[str, tuple]:
+def record_intervals(records: list[PredictionRecord], normalisation: str = "official", extraction: str = "project",
+                     dataset_kind: str | None = None) -> dict[str, tuple]:
     """Bootstrap 95% intervals of EM, F1, accuracy and retrievals per question (and, for a gate's records, the
-    share that retrieved) over the run's questions; empty without predictions."""
+    share that retrieved) over the run's questions, each answer scored as the run scored it (``extraction``:
+    :func:`scoring_mode`); empty without predictions."""
     if not records:
         return {}
     rows = []
     for rec in records:
-        row = {**score_record(rec, normalisation), "retrieval_calls": len(rec.retrievals)}
+        row = {**score_record(rec, normalisation, extraction, dataset_kind), "retrieval_calls": len(rec.retrievals)}
         if rec.gate is not None:
             row["retrieved"] = float(rec.gate.retrieved)
         rows.append(row)
