@@ -75,3 +75,16 @@ def test_answer_signals_take_the_highest_over_words_with_text():
     assert got == {"rind": 0.7, "entropy": 1.5, "low_prob": pytest.approx(0.6)}
     assert answer_signals(_record([])) == {"rind": 0.0, "entropy": 0.0, "low_prob": 0.0}
     assert answer_signals(SimpleNamespace(signals=[])) is None
+
+
+def test_hindsight_gate_hand_computed():
+    from inference.commands.knowing_claims import hindsight_gate
+
+    scores = {"a": 0.1, "b": 0.5, "c": 0.9}
+    no_ret = {"a": 1.0, "b": 1.0, "c": 0.0}
+    ret = {"a": 0.0, "b": 1.0, "c": 1.0}
+    # retrieve above θ: all 2/3; above 0.1 (b, c) 3/3; above 0.5 (c) 3/3 with fewer retrievals; none 2/3
+    assert hindsight_gate(scores, no_ret, ret) == (1.0, pytest.approx(1 / 3))
+    tied = {"a": 0.5, "b": 0.5, "c": 0.9}  # a and b cannot be split: a threshold passes both or neither
+    assert hindsight_gate(tied, no_ret, ret) == (1.0, pytest.approx(1 / 3))
+    assert hindsight_gate({"a": 0.5, "b": 0.5}, {"a": 1.0, "b": 0.0}, {"a": 0.0, "b": 1.0}) == (0.5, 0.0)

@@ -64,11 +64,13 @@ def sft_args(cfg: KnowingConfig, output_dir: Path):
     """trl's settings of the knowing model's training (bench/sft_head.py times the same)."""
     from trl import SFTConfig
 
+    from training.lora_sft import checkpointing_option
+
     # no activation checkpointing (trl turns it on by default): recomputing every layer's forward in the backward
     # pass saves memory a 135M model does not need, at the cost of time; the weights are bit-identical
     # (docs/knowing_world.md, "Built without activation checkpointing")
     return SFTConfig(output_dir=str(output_dir), per_device_train_batch_size=cfg.batch_size,
-                     gradient_checkpointing=False,
+                     **checkpointing_option(False),
                      num_train_epochs=cfg.epochs, max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
                      lr_scheduler_type="cosine", warmup_steps=0, padding_free=True, max_length=None,
                      completion_only_loss=True, bf16=_training_precision(cfg) == "bf16",

@@ -23,7 +23,7 @@ import logging
 import math
 import shutil
 from contextlib import nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,15 @@ from training.varlen_attention import use_for_padding_free
 
 logger = logging.getLogger(__name__)
 ADAPTER_FILE = "adapter_model.safetensors"
+
+
+def checkpointing_option(on: bool) -> dict[str, bool]:
+    """Activation checkpointing as a trainer option: transformers 5.x renamed ``gradient_checkpointing`` to
+    ``activation_checkpointing`` (the old name warns on every config) and older 5.x releases know the old name only."""
+    from transformers import TrainingArguments
+
+    names = {f.name for f in fields(TrainingArguments)}
+    return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": on}
 
 
 def add_ret_token(tokenizer: Any, model: Any | None = None) -> int:
@@ -224,7 +233,7 @@ def sft_config(cfg: AdaptTrainConfig, processes: int, has_eval: bool):
         max_length=None if cfg.padding_free else cfg.max_length, padding_free=cfg.padding_free,
         completion_only_loss=True,  # loss on the response only (alpaca-lora's train_on_inputs=False)
         train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
-        bf16=precision == "bf16", fp16=precision == "fp16", gradient_checkpointing=cfg.gradient_checkpointing,
+        bf16=precision == "bf16", fp16=precision == "fp16", **checkpointing_option(cfg.gradient_checkpointing),
         logging_steps=cfg.logging_steps, save_strategy="steps", save_steps=cfg.save_steps,
         save_total_limit=cfg.save_total_limit, eval_strategy="steps" if evaluate else "no",
         eval_steps=cfg.eval_steps if evaluate else None, report_to=cfg.report_to, run_name=cfg.run_name,

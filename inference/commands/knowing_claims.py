@@ -39,7 +39,7 @@ from adaptive_rag.plumbing.errors import ConfigError, DataError
 from adaptive_rag.plumbing.question_set import QuestionSet
 from adaptive_rag.plumbing.scoring import score_record
 from data_builders.question_loader import WorldOptions, read_set
-from inference.commands.report import EvalRun, find_runs
+from inference.commands.report import EvalRun, find_runs, scoring_mode
 from inference.dynamic_rag.signals import has_text
 
 DYNAMIC = ("wo-rag", "sr-rag", "fl-rag", "fs-rag", "flare", "dragin")
@@ -55,7 +55,8 @@ def _per_question(run: EvalRun, metric: str) -> dict[str, float]:
         return {r.id: float(len(r.retrievals)) for r in run.records()}
     if metric == "retrieved":
         return {r.id: float(bool(r.gate and r.gate.retrieved)) for r in run.records()}
-    return {r.id: float(score_record(r, norm)[metric]) for r in run.records()}
+    mode = scoring_mode(run.config)  # as the run's own metrics.json scored it
+    return {r.id: float(score_record(r, norm, **mode)[metric]) for r in run.records()}
 
 
 def _mean_ci(values: dict[str, float]) -> str:
@@ -138,24 +139,53 @@ SIGNAL_NAMES = {"rind": "highest RIND score (DRAGIN's trigger)", "entropy": "hig
                 "low_prob": "1 − lowest token probability (FLARE's trigger)"}
 
 
-def signal_claim(runs: list[EvalRun]) -> list[str]:
-    """AUROC of each answer signal against the label ``unknown``, one row per signal and DRAGIN profile."""
-    lines = ["| run | signal | AUROC against `unknown` [95% CI] |", "|---|---|---|"]
+def hindsight_gate(scores: dict[str, float], no_ret: dict[str, float], ret: dict[str, float]) -> tuple[float, float]:
+    """(accuracy, retrieval share) of the best threshold on ``scores`` chosen on these very questions, taking the
+    always-retrieving run's answer above it and the never-retrieving run's below: a bound on what a gate thresholding
+    this signal could reach, not a result (the threshold sees the answers it is scored on)."""
+    ids = sorted(set(scores) & set(no_ret) & set(ret), key=lambda i: scores[i])
+    # sweep the threshold upward past one question at a time: questions at or below it keep their own answers
+    acc = sum(ret[i] for i in ids)
+    best = (acc, -len(ids))  # below every score: retrieve for all; ties go to fewer retrievals
+    for k, i in enumerate(ids):
+        acc += no_ret[i] - ret[i]
+        if k + 1 == len(ids) or scores[ids[k + 1]] > scores[i]:  # a threshold can sit between distinct scores only
+            best = max(best, (acc, -(len(ids) - k - 1)))
+    return best[0] / len(ids), -best[1] / len(ids)
+
+
+def signal_claim(runs: list[EvalRun], baselines: dict[str, EvalRun] | None = None) -> list[str]:
+    """AUROC of each answer signal against the label ``unknown``, one row per signal and DRAGIN profile; with
+    ``wo-rag`` and ``sr-rag`` runs of the same questions, the best threshold gate on the signal in hindsight."""
+    acc = {m: _per_question(r, "acc") for m, r in (baselines or {}).items()}
+    hindsight = {"wo-rag", "sr-rag"} <= set(acc)
+    lines = ["| run | signal | AUROC against `unknown` [95% CI] |"
+             + (" best threshold in hindsight: accuracy (retrieval share) |" if hindsight else ""),
+             "|---|---|---|" + ("---|" if hindsight else "")]
     for run in runs:
         labels = _labels(run)
         per_q = {r.id: s for r in run.records() if (s := answer_signals(r)) is not None}
         profile = run.config.get("dragin_profile", "paper")
         for key, name in SIGNAL_NAMES.items():
-            row = _auroc_line(name, {i: s[key] for i, s in per_q.items()}, labels)
-            lines.append(f"| {run.method} ({profile}) {row[1:]}")
+            scores = {i: s[key] for i, s in per_q.items()}
+            row = f"| {run.method} ({profile}) |{_auroc_line(name, scores, labels)[1:]}"
+            if hindsight:
+                best, share = hindsight_gate(scores, acc["wo-rag"], acc["sr-rag"])
+                row += f" {best:.3f} ({share:.2f}) |"
+            lines.append(row)
     return lines
 
 
 def policy_name(run: EvalRun) -> str:
-    """A run's name in the gate table: DRAGIN's profile is part of it (both profiles can run on one set)."""
-    if run.method == "dragin":
-        return f"dragin ({run.config.get('dragin_profile', 'paper')})"
-    return run.method
+    """A run's name in the gate table: DRAGIN's profile is part of it (both profiles can run on one set), and so is
+    an answer extraction set against the profile's."""
+    if run.method != "dragin":
+        return run.method
+    profile = run.config.get("dragin_profile", "paper")
+    extraction = run.config.get("answer_extraction") or "project"
+    if extraction != ("dragin" if profile == "reference" else "project"):  # a switch set against the profile
+        return f"dragin ({profile}, answers as {extraction} extracts them)"
+    return f"dragin ({profile})"
 
 
 def policy_claim(runs: dict[str, EvalRun]) -> list[str]:
@@ -173,6 +203,11 @@ def policy_claim(runs: dict[str, EvalRun]) -> list[str]:
         pr = " / ".join("-" if gate[k] is None else f"{gate[k]:.2f}" for k in ("precision", "recall"))
         diff = "-" if m == best else _paired(acc[m], acc[best])
         lines.append(f"| {m} | {_mean_ci(acc[m])} | {_mean_ci(share[m])} | {diff} | {pr} |")
+    oracle = {i: acc["sr-rag"][i] if labels[i]["label"] == "unknown" else acc["wo-rag"][i]
+              for i in set(acc["wo-rag"]) & set(acc["sr-rag"])}
+    lines.append(f"| oracle gate (retrieve = unknown) | {_mean_ci(oracle)} | "
+                 f"{_mean_ci({i: float(labels[i]['label'] == 'unknown') for i in oracle})} | "
+                 f"{_paired(oracle, acc[best])} | 1.00 / 1.00 |")
     unknown = sum(m.get("label") == "unknown" for m in labels.values()) / len(labels)
     return lines + ["", f"the better baseline: {best}; share of questions labelled unknown: {unknown:.2f}"]
 
@@ -242,7 +277,9 @@ def claims_report(paths: list[str]) -> str:
         if {"nr", "ar", "adapt-llm"} <= set(by_method):
             parts += [f"\n## ADAPT-LLM on {dataset}\n", *adapt_claim(by_method)]
         if with_signals:
-            parts += [f"\n## The trigger's signals against the truth on {dataset}\n", *signal_claim(with_signals)]
+            baselines = {r.method: r for r in group if r.method in ("wo-rag", "sr-rag")}
+            parts += [f"\n## The trigger's signals against the truth on {dataset}\n",
+                      *signal_claim(with_signals, baselines)]
         dynamic = {m: r for m, r in by_method.items() if m in DYNAMIC}
         if {"wo-rag", "sr-rag"} <= set(dynamic) and _labelled(dynamic["wo-rag"]):
             policies = {policy_name(r): r for r in group if r.method in DYNAMIC}
