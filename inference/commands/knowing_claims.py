@@ -107,7 +107,7 @@ def adapt_claim(runs: dict[str, EvalRun]) -> list[str]:
     lines = [f"| {m} | {_mean_ci(acc[m])} | {_mean_ci(share[m])} |" for m in ("nr", "ar", "adapt-llm")]
     # the best any gate over these two answers can do: retrieve exactly where the model does not know the fact
     oracle = {i: acc["ar"][i] if labels[i]["label"] == "unknown" else acc["nr"][i]
-              for i in set(acc["nr"]) & set(acc["ar"]) if "label" in labels.get(i, {})}
+              for i in sorted(set(acc["nr"]) & set(acc["ar"])) if "label" in labels.get(i, {})}
     if oracle:
         lines.append(f"| oracle gate (retrieve = unknown) | {_mean_ci(oracle)} | "
                      f"{_mean_ci({i: float(labels[i]['label'] == 'unknown') for i in oracle})} |")
@@ -204,7 +204,7 @@ def policy_claim(runs: dict[str, EvalRun]) -> list[str]:
         diff = "-" if m == best else _paired(acc[m], acc[best])
         lines.append(f"| {m} | {_mean_ci(acc[m])} | {_mean_ci(share[m])} | {diff} | {pr} |")
     oracle = {i: acc["sr-rag"][i] if labels[i]["label"] == "unknown" else acc["wo-rag"][i]
-              for i in set(acc["wo-rag"]) & set(acc["sr-rag"])}
+              for i in sorted(set(acc["wo-rag"]) & set(acc["sr-rag"]))}
     lines.append(f"| oracle gate (retrieve = unknown) | {_mean_ci(oracle)} | "
                  f"{_mean_ci({i: float(labels[i]['label'] == 'unknown') for i in oracle})} | "
                  f"{_paired(oracle, acc[best])} | 1.00 / 1.00 |")
