@@ -48,6 +48,7 @@ from training.knowing_steps import (
     training_texts,
 )
 from training.label_only_head import score_labelled_only
+from training.lora_sft import checkpointing_option
 from training.varlen_attention import use_for_padding_free
 
 logger = logging.getLogger(__name__)
@@ -63,8 +64,6 @@ def _training_precision(cfg: KnowingConfig) -> str:
 def sft_args(cfg: KnowingConfig, output_dir: Path):
     """trl's settings of the knowing model's training (bench/sft_head.py times the same)."""
     from trl import SFTConfig
-
-    from training.lora_sft import checkpointing_option
 
     # no activation checkpointing (trl turns it on by default): recomputing every layer's forward in the backward
     # pass saves memory a 135M model does not need, at the cost of time; the weights are bit-identical

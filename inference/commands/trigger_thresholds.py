@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def cli() -> int:
-    """``python -m`` runs this."""
+    """The console script (pyproject.toml) and ``python -m`` run this."""
     return run_cli(main)
 
 
