@@ -88,3 +88,45 @@ def test_hindsight_gate_hand_computed():
     tied = {"a": 0.5, "b": 0.5, "c": 0.9}  # a and b cannot be split: a threshold passes both or neither
     assert hindsight_gate(tied, no_ret, ret) == (1.0, pytest.approx(1 / 3))
     assert hindsight_gate({"a": 0.5, "b": 0.5}, {"a": 1.0, "b": 0.0}, {"a": 0.0, "b": 1.0}) == (0.5, 0.0)
+
+
+def test_thresholds_command_bad_input(tmp_path):
+    with pytest.raises(DataError, match="no predictions.jsonl"):
+        main(["quantiles", str(tmp_path / "nowhere")])
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "predictions.jsonl").write_text("")
+    with pytest.raises(ConfigError, match="fractions"):
+        main(["quantiles", str(tmp_path / "run"), "--shares", "20%"])
+    no_theta = _run(tmp_path / "no-theta", 0.5, 0.1, None)
+    with pytest.raises(DataError, match="sets no 'theta'"):
+        main(["best", str(no_theta)])
+
+
+def test_auroc_interval_of_two_questions_does_not_fail():
+    # one resample of two questions keeps both classes half the time: a lost class must not end in an error
+    for seed in range(4):
+        point, lo, hi = auroc_ci([0.1, 0.9], [False, True], n_resamples=1, seed=seed)
+        assert point == 1.0 and (lo != lo or lo <= hi)  # NaN bounds, or an interval
+
+
+def test_claims_route_signals_runs_refuse_competing_runs_and_skip_tuning_halves(tmp_path):
+    from pathlib import Path
+
+    from inference.commands.knowing_claims import _is_signals_run, claims_report
+    from inference.commands.report import EvalRun
+    from tests.test_report import record, write_run
+
+    def run(method, calls, keep):
+        return EvalRun("r", Path("."), {"keep_signals": keep}, {"method": method, "retrieval_calls": calls})
+
+    assert _is_signals_run(run("dragin", 0.0, True))
+    assert not _is_signals_run(run("dragin", 0.4, True))  # it retrieved: an ordinary DRAGIN run
+    assert not _is_signals_run(run("wo-rag", 0.0, True))  # keep_signals for the trace view
+    assert not _is_signals_run(run("dragin", 0.0, False))
+    for name in ("a", "b"):
+        write_run(tmp_path / "dup" / name, [record(0, True, 0)], method="wo-rag", dataset="world-two-hop")
+    with pytest.raises(DataError, match="2 runs of 'wo-rag' on world-two-hop"):
+        claims_report([str(tmp_path / "dup")])
+    write_run(tmp_path / "tune" / "a", [record(0, True, 0)], method="wo-rag", dataset="knowing-adapt-tune")
+    write_run(tmp_path / "tune" / "b", [record(0, True, 0)], method="wo-rag", dataset="knowing-adapt-tune")
+    assert claims_report([str(tmp_path / "tune")]).strip().count("\n") == 0  # the header alone

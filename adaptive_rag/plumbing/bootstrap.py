@@ -72,7 +72,8 @@ def auroc(scores: Sequence[float], positives: Sequence[bool]) -> float | None:
 
 def auroc_ci(scores: Sequence[float], positives: Sequence[bool], *, n_resamples: int = N_RESAMPLES, seed: int = 0,
              level: float = 0.95) -> tuple[float, float, float] | None:
-    """(AUROC, low, high): percentile bootstrap over questions; resamples holding one class only are skipped."""
+    """(AUROC, low, high): percentile bootstrap over questions. Resamples holding one class only are skipped; when
+    more than half are, the bounds are NaN (too few questions of a class for an interval)."""
     s, p = np.asarray(scores, dtype=float), np.asarray(positives, dtype=bool)
     point = auroc(s, p)
     if point is None:
@@ -80,6 +81,8 @@ def auroc_ci(scores: Sequence[float], positives: Sequence[bool], *, n_resamples:
     rng = np.random.default_rng(seed)
     draws = [auroc(s[idx], p[idx]) for idx in rng.integers(0, len(s), size=(n_resamples, len(s)))]
     draws = [d for d in draws if d is not None]
+    if len(draws) < n_resamples / 2:  # most resamples lost a class: too few questions of it for an interval
+        return point, float("nan"), float("nan")
     tail = (1 - level) / 2 * 100
     lo, hi = np.percentile(draws, [tail, 100 - tail])
     return point, float(lo), float(hi)

@@ -94,8 +94,9 @@ def gate_agreement(retrieved: dict[str, float], labels: dict[str, dict[str, Any]
 
 def _auroc_line(name: str, scores: dict[str, float], labels: dict[str, dict[str, Any]]) -> str:
     ids = [i for i in scores if "label" in labels.get(i, {})]
-    got = auroc_ci([scores[i] for i in ids], [labels[i]["label"] == "unknown" for i in ids])
-    return f"| {name} | {_fmt(*got) if got else '- (one class only)'} |"
+    got = auroc_ci([scores[i] for i in ids], [labels[i]["label"] == "unknown" for i in ids]) if ids else None
+    missing = "- (no labelled question)" if not ids else "- (one class only)"
+    return f"| {name} | {_fmt(*got) if got else missing} |"
 
 
 def adapt_claim(runs: dict[str, EvalRun]) -> list[str]:
@@ -139,12 +140,16 @@ SIGNAL_NAMES = {"rind": "highest RIND score (DRAGIN's trigger)", "entropy": "hig
                 "low_prob": "1 − lowest token probability (FLARE's trigger)"}
 
 
-def hindsight_gate(scores: dict[str, float], no_ret: dict[str, float], ret: dict[str, float]) -> tuple[float, float]:
+def hindsight_gate(scores: dict[str, float], no_ret: dict[str, float],
+                   ret: dict[str, float]) -> tuple[float, float] | None:
     """(accuracy, retrieval share) of the best threshold on ``scores`` chosen on these very questions, taking the
     always-retrieving run's answer above it and the never-retrieving run's below: a bound on what a gate thresholding
-    this signal could reach, not a result (the threshold sees the answers it is scored on)."""
+    this signal could reach, not a result (the threshold sees the answers it is scored on). Over the questions all
+    three cover; None when they share none."""
     ids = sorted(set(scores) & set(no_ret) & set(ret), key=lambda i: scores[i])
-    # sweep the threshold upward past one question at a time: questions at or below it keep their own answers
+    if not ids:
+        return None
+    # raise the threshold past one question at a time: each passed question takes the never-retrieving answer
     acc = sum(ret[i] for i in ids)
     best = (acc, -len(ids))  # below every score: retrieve for all; ties go to fewer retrievals
     for k, i in enumerate(ids):
@@ -170,8 +175,8 @@ def signal_claim(runs: list[EvalRun], baselines: dict[str, EvalRun] | None = Non
             scores = {i: s[key] for i, s in per_q.items()}
             row = f"| {run.method} ({profile}) |{_auroc_line(name, scores, labels)[1:]}"
             if hindsight:
-                best, share = hindsight_gate(scores, acc["wo-rag"], acc["sr-rag"])
-                row += f" {best:.3f} ({share:.2f}) |"
+                got = hindsight_gate(scores, acc["wo-rag"], acc["sr-rag"])
+                row += f" {got[0]:.3f} ({got[1]:.2f}) |" if got else " - (no question in common) |"
             lines.append(row)
     return lines
 
@@ -204,12 +209,14 @@ def policy_claim(runs: dict[str, EvalRun]) -> list[str]:
         diff = "-" if m == best else _paired(acc[m], acc[best])
         lines.append(f"| {m} | {_mean_ci(acc[m])} | {_mean_ci(share[m])} | {diff} | {pr} |")
     oracle = {i: acc["sr-rag"][i] if labels[i]["label"] == "unknown" else acc["wo-rag"][i]
-              for i in sorted(set(acc["wo-rag"]) & set(acc["sr-rag"]))}
-    lines.append(f"| oracle gate (retrieve = unknown) | {_mean_ci(oracle)} | "
-                 f"{_mean_ci({i: float(labels[i]['label'] == 'unknown') for i in oracle})} | "
+              for i in sorted(set(acc["wo-rag"]) & set(acc["sr-rag"])) if "label" in labels.get(i, {})}
+    if not oracle:
+        return [*lines, "", f"the better baseline: {best}; wo-rag and sr-rag share no labelled question"]
+    unknown = {i: float(labels[i]["label"] == "unknown") for i in oracle}
+    lines.append(f"| oracle gate (retrieve = unknown) | {_mean_ci(oracle)} | {_mean_ci(unknown)} | "
                  f"{_paired(oracle, acc[best])} | 1.00 / 1.00 |")
-    unknown = sum(m.get("label") == "unknown" for m in labels.values()) / len(labels)
-    return lines + ["", f"the better baseline: {best}; share of questions labelled unknown: {unknown:.2f}"]
+    share_unknown = sum(unknown.values()) / len(unknown)
+    return [*lines, "", f"the better baseline: {best}; share of the questions labelled unknown: {share_unknown:.2f}"]
 
 
 def unknown_hop_first(run: EvalRun, labels: dict[str, dict[str, Any]], tokenizer) -> dict[str, float]:
@@ -257,6 +264,29 @@ def iter_claim(runs: dict[int, EvalRun]) -> list[str]:
     return lines
 
 
+def _is_signals_run(run: EvalRun) -> bool:
+    """A DRAGIN run that kept its signals and never retrieved (θ out of reach): it measures the signals on the
+    answers the model gives without retrieval. Other runs with ``keep_signals`` are ordinary runs of their method."""
+    return (run.method == "dragin" and bool(run.config.get("keep_signals"))
+            and not run.metrics.get("retrieval_calls", 0))
+
+
+def _dupes(runs: list[EvalRun], key) -> dict[str, list[EvalRun]]:
+    out: dict[str, list[EvalRun]] = defaultdict(list)
+    for r in runs:
+        out[key(r)].append(r)
+    return out
+
+
+def _unique(named: dict[str, list[EvalRun]], dataset: str) -> dict[str, EvalRun]:
+    """One run per name, or a DataError naming the folders that compete for a row of a claim's table."""
+    for name, runs in named.items():
+        if len(runs) > 1:
+            raise DataError(f"{len(runs)} runs of '{name}' on {dataset}: "
+                            f"{', '.join(str(r.folder) for r in runs)}; give the folders of one run each")
+    return {name: runs[0] for name, runs in named.items()}
+
+
 def claims_report(paths: list[str]) -> str:
     reports = [r for path in paths for r in sorted(Path(path).rglob("report.json"))]
     try:
@@ -271,21 +301,24 @@ def claims_report(paths: list[str]) -> str:
             by_dataset[str(r.config.get("dataset"))].append(r)
     parts = ["# Claims on the knowing model (paired bootstrap 95% intervals over questions)"]
     for dataset, group in sorted(by_dataset.items()):
-        with_signals = [r for r in group if r.config.get("keep_signals")]
-        group = [r for r in group if not r.config.get("keep_signals")]
-        by_method = {r.method: r for r in group}
-        if {"nr", "ar", "adapt-llm"} <= set(by_method):
-            parts += [f"\n## ADAPT-LLM on {dataset}\n", *adapt_claim(by_method)]
+        if dataset.endswith("-tune"):  # a tuning half chose a setting; the claims are on the evaluation half
+            continue
+        with_signals = [r for r in group if _is_signals_run(r)]
+        group = [r for r in group if not _is_signals_run(r)]
+        named = _unique(_dupes([r for r in group if r.method != "iter-retgen"], policy_name), dataset)
+        if {"nr", "ar", "adapt-llm"} <= set(named):
+            parts += [f"\n## ADAPT-LLM on {dataset}\n", *adapt_claim(named)]
         if with_signals:
-            baselines = {r.method: r for r in group if r.method in ("wo-rag", "sr-rag")}
+            baselines = {m: r for m, r in named.items() if m in ("wo-rag", "sr-rag")}
             parts += [f"\n## The trigger's signals against the truth on {dataset}\n",
                       *signal_claim(with_signals, baselines)]
-        dynamic = {m: r for m, r in by_method.items() if m in DYNAMIC}
-        if {"wo-rag", "sr-rag"} <= set(dynamic) and _labelled(dynamic["wo-rag"]):
-            policies = {policy_name(r): r for r in group if r.method in DYNAMIC}
+        dynamic = [r for r in named.values() if r.method in DYNAMIC]
+        if {"wo-rag", "sr-rag"} <= set(named) and _labelled(named["wo-rag"]):
+            policies = {policy_name(r): r for r in dynamic}
             parts += [f"\n## Triggers as gates on {dataset}\n", *policy_claim(policies)]
-        elif dynamic:
-            parts += [f"\n## DRAGIN and the baselines on {dataset}\n", *dynamic_claim(dynamic)]
+        elif dynamic:  # one row per method: two DRAGIN profiles on the same bridges compete for one row
+            by_method = _unique(_dupes(dynamic, lambda r: r.method), dataset)
+            parts += [f"\n## DRAGIN and the baselines on {dataset}\n", *dynamic_claim(by_method)]
         iters = {int(r.config.get("iterations", 2)): r for r in group if r.method == "iter-retgen"}
         if iters:
             parts += [f"\n## Iter-RetGen on {dataset}\n", *iter_claim(iters)]

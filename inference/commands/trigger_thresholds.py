@@ -29,7 +29,10 @@ from inference.commands.report import read_predictions
 
 
 def quantile_thresholds(highest: list[float], shares: list[float]) -> list[float]:
-    """For each share q, the value θ such that about q of ``highest`` lie strictly above it."""
+    """For each share q, the value θ such that about q of ``highest`` lie strictly above it: the (1 − q) quantile,
+    taken as one of the values itself (numpy's ``lower``). The command prints θ to 6 significant figures, which
+    can round it just below the value it was taken from, so that question fires too: the registered runs of
+    docs/knowing_world.md were tuned with exactly these values."""
     if not highest:
         raise DataError("no answer carries signals: evaluate with --keep_signals true")
     for q in shares:
@@ -67,7 +70,7 @@ class ThresholdsConfig:
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     positional = []
-    while argv and not argv[0].startswith("-"):  # ACTION FOLDER... then flags
+    while argv and not argv[0].startswith("-"):  # the recipe's form: the action and folders before any flag
         positional.append(argv.pop(0))
     if positional:
         argv = ["--action", positional[0], *(["--runs", *positional[1:]] if positional[1:] else []), *argv]
@@ -77,15 +80,25 @@ def main(argv: list[str] | None = None) -> None:
     if cfg.action == "quantiles":
         if len(cfg.runs) != 1:
             raise ConfigError("quantiles reads one run folder")
-        signals = [s for r in read_predictions(Path(cfg.runs[0])) if (s := answer_signals(r)) is not None]
+        folder = Path(cfg.runs[0])
+        if not (folder / "predictions.jsonl").is_file():
+            raise DataError(f"{folder}: no predictions.jsonl (not an evaluation folder, or it has not run)")
+        signals = [s for r in read_predictions(folder) if (s := answer_signals(r)) is not None]
         if signals and cfg.signal not in signals[0]:
             raise ConfigError(f"signal must be one of {', '.join(signals[0])}, got '{cfg.signal}'")
-        shares = [float(s) for s in cfg.shares.split(",") if s.strip()]
+        try:
+            shares = [float(s) for s in cfg.shares.split(",") if s.strip()]
+        except ValueError:
+            raise ConfigError(f"shares must be fractions separated by commas (0.2,0.5), got '{cfg.shares}'") from None
         print(" ".join(f"{t:.6g}" for t in quantile_thresholds([s[cfg.signal] for s in signals], shares)))
     elif cfg.action == "best":
         folder = best_run([Path(r) for r in cfg.runs], cfg.metric)
+        if not (folder / "config.yaml").is_file():
+            raise DataError(f"{folder}: no config.yaml")
         config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8")) or {}
-        print(config.get(cfg.knob, ""))
+        if config.get(cfg.knob) is None:
+            raise DataError(f"{folder / 'config.yaml'} sets no '{cfg.knob}'")
+        print(config[cfg.knob])
     else:
         raise ConfigError(f"action must be quantiles or best, got '{cfg.action}'")
 
