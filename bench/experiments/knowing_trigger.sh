@@ -32,7 +32,13 @@ tune_and_eval() {  # tune_and_eval NAME SIGNALS_RUN ARGS...: θ tuned on the tun
     done
     best=$(python -m inference.commands.trigger_thresholds best "${tuned[@]}")
     echo "$name: θ $best (from $thetas)" | tee "$T/tune/$name/best.txt"
-    run "$T/eval/dragin-$name" --method dragin "$@" --theta "$best" --dataset knowing-adapt
+    local out=$T/eval/dragin-$name  # resuming must not keep an evaluation made with an earlier tuning's θ
+    if [ -f "$out/config.yaml" ] && ! python -c 'import sys, yaml
+sys.exit(float(yaml.safe_load(open(sys.argv[1]))["theta"]) != float(sys.argv[2]))' "$out/config.yaml" "$best"; then
+        echo "$out was run with another θ than the tuning's $best: remove it and rerun" >&2
+        exit 1
+    fi
+    run "$out" --method dragin "$@" --theta "$best" --dataset knowing-adapt
 }
 for profile in paper reference; do
     for half in adapt-tune adapt; do
