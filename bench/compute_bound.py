@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from adaptive_rag.lm.packed_linear import linear_packing
+from adaptive_rag.lm.profiling import ModelCall
 
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 PHASES = ("prefill", "decode", "attention_pass")
@@ -180,11 +181,11 @@ def fastest(a: MatmulProbe, b: MatmulProbe) -> MatmulProbe:
                    stream_bytes_per_second=max(a.stream_bytes_per_second, b.stream_bytes_per_second))
 
 
-def bound(calls: list[tuple], p: MatmulProbe) -> dict[str, dict[str, float]]:
+def bound(calls: list[ModelCall], p: MatmulProbe) -> dict[str, dict[str, float]]:
     """Per phase: model calls, tokens, GFLOP, KV-cache GB read (decode) and the bound in seconds, from
-    ``Profile.calls`` ((phase, tokens, logits rows, attention pairs[, cached positions read])."""
+    ``Profile.calls``."""
     out = {phase: {"calls": 0, "tokens": 0, "gflop": 0.0, "kv_gb": 0.0, "bound_s": 0.0} for phase in PHASES}
-    for phase, tokens, logits, pairs, *read in calls:
+    for phase, tokens, logits, pairs, read, _ in calls:
         f = out.setdefault(phase, {"calls": 0, "tokens": 0, "gflop": 0.0, "kv_gb": 0.0, "bound_s": 0.0})
         attention = p.layers * p.attention_flops_per_pair * pairs
         f["calls"] += 1
@@ -193,7 +194,7 @@ def bound(calls: list[tuple], p: MatmulProbe) -> dict[str, dict[str, float]]:
         attention_s = attention / p.saturated_rate
         if phase == "decode":
             layers_s = p.layers * p.layer_time(tokens)
-            kv_bytes = p.kv_bytes_per_position * (read[0] if read else pairs)
+            kv_bytes = p.kv_bytes_per_position * read
             f["kv_gb"] += kv_bytes / 1e9
             if kv_bytes and p.memory_rate:
                 attention_s = max(attention_s, kv_bytes / p.memory_rate)
@@ -203,7 +204,7 @@ def bound(calls: list[tuple], p: MatmulProbe) -> dict[str, dict[str, float]]:
     return out
 
 
-def flop_bound(calls: list[tuple], p: MatmulProbe) -> float:
+def flop_bound(calls: list[ModelCall], p: MatmulProbe) -> float:
     """Seconds of the bound before the memory terms (one layer timed alone, no KV-cache reads), all phases."""
     return sum(phase["bound_s"] for phase in bound(calls, p.flop_only()).values())
 

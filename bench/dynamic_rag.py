@@ -195,7 +195,7 @@ def bound_figures(name: str, profiles: list[Profile], matmul, wall: float) -> di
     out[f"{name}_bound_s"] = total
     out[f"{name}_over_bound"] = wall / total if total else float("nan")
     # the decode tail: a step reads all the weights however few rows it runs (calls' tokens are the step's rows)
-    steps = [c[1] for p in profiles for c in p.calls if c[0] == "decode"]
+    steps = [c.tokens for p in profiles for c in p.calls if c.phase == "decode"]
     if steps:
         out[f"{name}_decode_steps"] = len(steps) / len(profiles)
         out[f"{name}_decode_rows_mean"] = sum(steps) / len(steps)
@@ -230,7 +230,7 @@ def row_bucket(rows: int) -> str:
 def timed_calls(profiles: list[Profile]) -> bool:
     """Did the runner time its model calls one by one (the engine's decoder does; the baselines' ``generate`` runs
     its steps inside one call)?"""
-    return any(s is not None for p in profiles for s in p.call_seconds)
+    return any(c.seconds is not None for p in profiles for c in p.calls)
 
 
 def distance_by_rows(name: str, profiles: list[Profile], matmul) -> dict[str, float]:
@@ -239,13 +239,13 @@ def distance_by_rows(name: str, profiles: list[Profile], matmul) -> dict[str, fl
     median round), and wall ÷ bound."""
     groups: dict[str, list] = {}
     for p in profiles:
-        for call, seconds in zip(p.calls, p.call_seconds, strict=True):
-            if seconds is not None and call[0] in TIMED_PHASES:
-                groups.setdefault(f"{name}_{call[0]}_rows_{row_bucket(call[2])}", []).append((call, seconds))
+        for call in p.calls:
+            if call.seconds is not None and call.phase in TIMED_PHASES:
+                groups.setdefault(f"{name}_{call.phase}_rows_{row_bucket(call.logits)}", []).append(call)
     out: dict[str, float] = {}
     for key, timed in groups.items():
-        wall = sum(s for _, s in timed) / len(profiles)
-        bound = sum(f["bound_s"] for f in compute_bound.bound([c for c, _ in timed], matmul).values()) / len(profiles)
+        wall = sum(c.seconds for c in timed) / len(profiles)
+        bound = sum(f["bound_s"] for f in compute_bound.bound(timed, matmul).values()) / len(profiles)
         out[f"{key}_calls"] = len(timed) / len(profiles)
         out[f"{key}_wall_s"], out[f"{key}_bound_s"] = wall, bound
         out[f"{key}_over_bound"] = wall / bound if bound else float("nan")

@@ -13,7 +13,7 @@ from scripted_lm import scripted_llama
 
 from adaptive_rag.lm import profiling
 from adaptive_rag.lm.decoder import BatchDecoder, Sequence
-from adaptive_rag.lm.profiling import Profile
+from adaptive_rag.lm.profiling import ModelCall, Profile
 from adaptive_rag.plumbing.records import QAExample
 from inference.dynamic_rag.methods import MethodConfig
 from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
@@ -105,7 +105,7 @@ def test_decode_steps_read_the_shared_head_once(tiny_model, smol_tokenizer, head
     dec.profile = p = Profile()
     dec.admit([Sequence(0, head + [5, 6], max_new_tokens=2), Sequence(1, head + [7], max_new_tokens=2)])
     dec.step()
-    [(phase, tokens, logits, pairs, read)] = [c for c in p.calls if c[0] == "decode"]
+    [(phase, tokens, logits, pairs, read, _)] = [c for c in p.calls if c.phase == "decode"]
     # own tokens after the head: 2 + 1 prompt, + 1 fed each; each row scores head + own; the head is read once
     assert (tokens, logits) == (2, 2)
     assert pairs == (4 + 3) + (4 + 2) and read == 4 + 3 + 2
@@ -152,9 +152,13 @@ def test_authors_pattern_passes_cover_the_text_not_the_prompt(smol_tokenizer, fa
     demo = prompts.build(question.question, []).text.split("Who founded Kelmora?")[0]
     assert len(smol_tokenizer(demo)["input_ids"]) > 20  # the demos are long; no pass holds them
     assert all(len(ids) <= 12 + qfs[1] for ids, _ in seen)
-    prefills = [c for c in p.calls if c[0] == "prefill"]
-    assert prefills and all(t > len(smol_tokenizer(demo)["input_ids"]) for _, t, *_ in prefills)
+    prefills = [c for c in p.calls if c.phase == "prefill"]
+    assert prefills and all(c.tokens > len(smol_tokenizer(demo)["input_ids"]) for c in prefills)
     assert p.counts["attention_pass_tokens"] == sum(len(ids) for ids, _ in seen)
+
+
+def call(phase: str, tokens: int, logits: int, pairs: int, read: int | None = None) -> ModelCall:
+    return ModelCall(phase, tokens, logits, pairs, pairs if read is None else read)
 
 
 def hand_probe():
@@ -173,7 +177,7 @@ def test_compute_bound_prices_each_call_by_hand():
     slowed = cb.MatmulProbe(rows=(1, 64, 128), layer_seconds=[1.0, 64.0, 256.0], head_seconds=[1.0, 1.0, 1.0],
                             layer_flops_per_row=100.0, head_flops_per_row=1.0, layers=1, attention_flops_per_pair=1.0)
     assert slowed.per_token_saturated == 1.0 and slowed.saturated_rate == 100.0
-    calls = [("decode", 2, 2, 5), ("prefill", 3, 1, 6), ("attention_pass", 8, 8, 36)]
+    calls = [call("decode", 2, 2, 5), call("prefill", 3, 1, 6), call("attention_pass", 8, 8, 36)]
     got = cb.bound(calls, probe)
     # decode: 2 layers x 2 s + head 0.5 + 2 x 10 x 5 FLOPs / 100 = 5.5
     assert got["decode"] == {"calls": 1, "tokens": 2, "gflop": (2 * 100 * 2 + 1000 * 2 + 100) / 1e9, "kv_gb": 0.0,
@@ -198,18 +202,20 @@ def test_compute_bound_reads_the_kv_cache_at_the_memory_rate_by_hand():
     assert replace(probe, stream_bytes_per_second=250.0).memory_rate == 250.0
     # 2 rows scoring 50 pairs, 30 distinct positions read (a shared head counted once): 300 bytes / 100 = 3 s,
     # shorter than the attention FLOPs (2 layers x 10 x 50 = 1000 FLOPs / 100 = 10 s), so the FLOPs count here
-    got = cb.bound([("decode", 2, 2, 50, 30)], probe)["decode"]
+    got = cb.bound([call("decode", 2, 2, 50, 30)], probe)["decode"]
     assert got["kv_gb"] == 300 / 1e9 and got["bound_s"] == 2 * 2.0 + 0.5 + 10.0
     # few pairs, many positions (a long cache read by one row): the reads dominate: 2 + 0.5 + 1000 x 10 / 100
-    got = cb.bound([("decode", 1, 1, 5, 1000)], probe)["decode"]
+    got = cb.bound([call("decode", 1, 1, 5, 1000)], probe)["decode"]
     assert got["bound_s"] == 2 * 1.0 + 0.5 + 100.0
-    # no fifth field: every pair is a position read
-    assert cb.bound([("decode", 1, 1, 1000)], probe)["decode"]["kv_gb"] == 10000 / 1e9
+    # a call recorded without its reads: every pair is a position read
+    recorded = Profile()
+    recorded.work("decode", 1, 1, 1000)
+    assert cb.bound(recorded.calls, probe)["decode"]["kv_gb"] == 10000 / 1e9
     # the FLOP-only bound: one layer alone (0.5 s at one row; 0.5 s per row at 4 rows: 200 FLOP/s saturated), no
     # reads: 2 x 0.5 + head 0.5 + 2 x 10 x 5 FLOPs / 200
-    assert cb.flop_bound([("decode", 1, 1, 5, 1000)], probe) == 2 * 0.5 + 0.5 + 2 * 10 * 5 / 200
+    assert cb.flop_bound([call("decode", 1, 1, 5, 1000)], probe) == 2 * 0.5 + 0.5 + 2 * 10 * 5 / 200
     # prefill is priced as before (no memory term)
-    assert cb.bound([("prefill", 3, 1, 6)], probe)["prefill"]["bound_s"] == 6.0 + 0.5 + 1.2
+    assert cb.bound([call("prefill", 3, 1, 6)], probe)["prefill"]["bound_s"] == 6.0 + 0.5 + 1.2
 
 
 @pytest.mark.parametrize("runner", ["dragin_replay", "dragin_authors_pattern"])
@@ -272,6 +278,6 @@ def test_decoder_times_each_of_its_model_calls(tiny_model, smol_tokenizer):
     dec.admit([Sequence(0, [11, 12, 13, 5, 6], max_new_tokens=2), Sequence(1, [8], max_new_tokens=2)])
     while dec.active:
         dec.step()
-    assert len(p.call_seconds) == len(p.calls) and all(s is not None and s > 0 for s in p.call_seconds)
+    assert p.calls and all(c.seconds is not None and c.seconds > 0 for c in p.calls)
     for phase in ("prefill", "decode"):  # a call's own time: no more than the section around it
-        assert sum(s for s, c in zip(p.call_seconds, p.calls) if c[0] == phase) <= p.seconds[phase]
+        assert sum(c.seconds for c in p.calls if c.phase == phase) <= p.seconds[phase]

@@ -47,6 +47,11 @@ from adaptive_rag.lm.tokenization import prompt_ids
 
 
 @dataclass
+class _CallTime:
+    seconds: float | None = None  # set when the call has returned
+
+
+@dataclass
 class Sequence:
     """One generation in flight. ``rows[i]`` covers ``len(prompt_ids) + i + 1`` positions (diagonal included; a
     leading head axis when the decoder keeps heads); ``prompt_row`` is the last prompt position's row."""
@@ -132,12 +137,19 @@ class BatchDecoder:
     def _timed(self, name: str):
         return self.profile.section(name) if self.profile is not None else nullcontext()
 
-    def _since(self, start: float) -> float:
-        """Seconds since ``start``; under a profile on CUDA, once the queued kernels have run (a call returns before
-        they do, and the wait would fall on the next operation that reads a result)."""
-        if self.profile is not None and self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return time.perf_counter() - start
+    @contextmanager
+    def _model_call(self, phase: str, attention=None):
+        """One model call, timed as ``phase`` and on its own (``.seconds`` of what it yields, for the profile's
+        record of the call), with the packed linears and, for a decode step, its attention function in place.
+        Under a profile on CUDA the time is taken once the queued kernels have run: a call returns before they do,
+        and the wait would fall on the next operation that reads a result."""
+        timed = _CallTime()
+        with self._timed(phase), self.linears, attention or nullcontext():
+            start = time.perf_counter()
+            yield timed
+            if self.profile is not None and self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            timed.seconds = time.perf_counter() - start
 
     @torch.no_grad()
     def set_shared_prefix(self, ids: list[int] | None) -> None:
@@ -151,18 +163,16 @@ class BatchDecoder:
             return
         ids = list(ids)
         cache = DynamicCache()
-        with self._timed("prefill"), self.linears:
-            start = time.perf_counter()
+        with self._model_call("prefill") as call:
             self.model(input_ids=torch.tensor([ids], device=self.device),
                        attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=self.device),
                        position_ids=torch.arange(len(ids), device=self.device)[None], cache=cache, use_cache=True,
                        logits_to_keep=1)
-            seconds = self._since(start)
         self.forward_passes += 1
         if self.profile is not None:
             self.profile.count("prefill_tokens", len(ids))
             self.profile.count("prefill_padded_tokens", len(ids))
-            self.profile.work("prefill", len(ids), 1, _causal_pairs(len(ids), 0), seconds=seconds)
+            self.profile.work("prefill", len(ids), 1, _causal_pairs(len(ids), 0), seconds=call.seconds)
         self.prefix_ids, self._prefix_kv = ids, layers(cache)
         self._prefix_f32 = [(k[0].float(), v[0].float()) for k, v in self._prefix_kv]
         self._attention = attention_modules(self.model)
@@ -261,8 +271,7 @@ class BatchDecoder:
         cache = DynamicCache()
         for i, (k, v) in enumerate(self._prefix_kv if head else []):
             cache.update(k.expand(len(seqs), -1, -1, -1), v.expand(len(seqs), -1, -1, -1), i)
-        with self._timed("prefill"), self.linears:
-            start = time.perf_counter()
+        with self._model_call("prefill") as call:
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
                              use_cache=True, logits_to_keep=1)
             logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # once: the choice and the watched tokens
@@ -270,14 +279,13 @@ class BatchDecoder:
             watched = logp[:, list(self.watch_token_ids)].exp().tolist() if self.watch_token_ids else None
             # the last prompt position's row: it chose the first token (a one-token input took the decode path)
             prefill_rows = self.buffer.row.float().cpu() if self.buffer is not None else None
-            seconds = self._since(start)
         self.forward_passes += 1
         if self.profile is not None:
             self.profile.count("prefill_tokens", sum(map(len, own)))
             self.profile.count("prefill_padded_tokens", ids.numel())
             self.profile.count("shared_head_tokens_reused", head * len(seqs))
             self.profile.work("prefill", sum(map(len, own)), len(seqs), sum(_causal_pairs(len(x), head) for x in own),
-                              seconds=seconds)
+                              seconds=call.seconds)
         real = mask.bool().cpu()
         for b, seq in enumerate(seqs):
             seq.forward_passes += 1
@@ -302,13 +310,11 @@ class BatchDecoder:
         mask = torch.cat([self.mask, self.mask.new_ones(len(self.seqs), 1)], dim=1)
         head = len(self.prefix_ids) * self.has_head.long()  # shared positions before the row's own
         positions = self.mask.sum(dim=1, keepdim=True) + head[:, None]
-        with self._timed("decode"), self.linears, self._shared_head_attention():
-            start = time.perf_counter()
+        with self._model_call("decode", self._shared_head_attention()) as call:
             out = self.model(input_ids=self.pending[:, None], attention_mask=mask, position_ids=positions,
                              cache=self.cache, use_cache=True)
             token, prob, entropy = self._choose(out.logits[:, -1])
             rows = self.buffer.row.float().cpu() if self.buffer is not None else None
-            seconds = self._since(start)
         self.forward_passes += 1
         if self.profile is not None:
             # the shared head is one set of keys every row that starts with it reads: a step has to read it once,
@@ -317,7 +323,7 @@ class BatchDecoder:
             copies = 0 if self.head_once else rows_with_head
             read = int(mask.sum()) - copies * len(self.prefix_ids) + (len(self.prefix_ids) if rows_with_head else 0)
             self.profile.work("decode", len(self.seqs), len(self.seqs), int(mask.sum() + head.sum()), read,
-                              seconds=seconds)
+                              seconds=call.seconds)
         self.mask = mask
         real = mask.bool()
         if self._prefix_f32 and bool(self.has_head.any()):  # rows span [shared head][own tokens]

@@ -9,6 +9,21 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from contextlib import contextmanager
+from typing import NamedTuple
+
+
+class ModelCall(NamedTuple):
+    """One model call's work: ``tokens`` real (unpadded) positions through the layers, ``logits`` rows through the LM
+    head, ``attention_pairs`` real (query, key) pairs scored per head and layer, ``kv_read`` distinct cached
+    positions it had to read, and ``seconds``, its own wall time where the caller timed it alone (None for the steps
+    inside ``generate``)."""
+
+    phase: str
+    tokens: int
+    logits: int
+    attention_pairs: int
+    kv_read: int
+    seconds: float | None = None
 
 
 class Profile:
@@ -19,11 +34,9 @@ class Profile:
         self.seconds: dict[str, float] = defaultdict(float)
         self.counts: dict[str, int] = defaultdict(int)
         self._nested: list[float] = []  # per open section: seconds spent in sections nested inside it
-        # per call: (phase, tokens, logits rows, attention pairs, cached positions read)
-        self.calls: list[tuple[str, int, int, int, int]] = []
-        # per call: its wall seconds where the caller timed it alone (the decoder: the model call, the choice of the
-        # next tokens and the attention rows' copy; only the model's products are in the bound)
-        self.call_seconds: list[float | None] = []
+        # the decoder times its calls with the choice of the next tokens and the attention rows' copy; only the
+        # model's products are in the bound
+        self.calls: list[ModelCall] = []
 
     @contextmanager
     def section(self, name: str):
@@ -49,13 +62,10 @@ class Profile:
 
     def work(self, phase: str, tokens: int, logits: int, attention_pairs: int, kv_read: int | None = None,
              seconds: float | None = None) -> None:
-        """One model call's work: ``tokens`` real (unpadded) positions through the layers, ``logits`` rows through the
-        LM head, ``attention_pairs`` real (query, key) pairs scored per head and layer, ``kv_read`` distinct cached
-        positions the call has to read (default: one per pair; a head shared by the batch's rows counts once);
-        ``seconds``: the call's own wall time, where the caller timed it (the steps inside ``generate`` are not)."""
-        self.calls.append((phase, tokens, logits, attention_pairs,
-                           attention_pairs if kv_read is None else kv_read))
-        self.call_seconds.append(seconds)
+        """Record one model call (:class:`ModelCall`); ``kv_read`` defaults to one cached position per pair (a head
+        shared by the batch's rows counts once)."""
+        self.calls.append(ModelCall(phase, tokens, logits, attention_pairs,
+                                    attention_pairs if kv_read is None else kv_read, seconds))
 
     def wrap(self, name: str, fn):
         """``fn`` timed as section ``name`` on every call."""
