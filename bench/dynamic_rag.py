@@ -334,6 +334,9 @@ def main() -> None:
                         help="attention of the authors' generate (their code gets eager with current transformers)")
     parser.add_argument("--overhead", default="on", choices=["on", "off"],
                         help="also time plain generate against the signal decoder")
+    parser.add_argument("--op-profile", default=None, metavar="PATH",
+                        help="after the timed rounds, run the engine once more under torch.profiler and write its "
+                             "operators by their own time to PATH: where the model calls' time goes")
     harness.add_threads_arg(parser)
     harness.add_json_arg(parser)
     args = parser.parse_args()
@@ -403,6 +406,14 @@ def main() -> None:
               f"  load {harness.load_1min()}", flush=True)
     loads.append(os.getloadavg())
     matmul = compute_bound.fastest(matmul, compute_bound.probe(model, packed_linears=cfg.packed_linears))
+    if args.op_profile:  # outside the rounds: the profiler's own cost must not reach the figures
+        h, c, once = engines["engine"]
+        table = harness.operator_table(lambda: run_engine(
+            lambda: DynamicRAGEngine(model, tokenizer, retriever, prompts, method, c), examples, tokenizer, h, once),
+            args.op_profile)
+        print("\nthe engine's operators by their own time (one more run, profiled):")
+        print("\n".join(table.splitlines()[:14]))
+        print(f"(the whole table: {args.op_profile})")
 
     n = len(examples)
 

@@ -109,3 +109,20 @@ def rotate_training_steps(trainer, variants: dict, batches: int, repeats: int):
                 loss_diff = max(loss_diff, abs(loss - base_loss) / abs(base_loss))
                 grad_diff = max(grad_diff, float((grad - base_grad).norm() / base_grad.norm()))
     return seconds, loss_diff, grad_diff
+
+
+def operator_table(fn, path: str | Path, rows: int = 25) -> str:
+    """Run ``fn`` once under ``torch.profiler`` and write its operators, by their own CPU time (and CUDA time where
+    a GPU ran), to ``path`` as a table; returns the table. The profiler's own cost per operator inflates the many
+    small ones, so read shares between large operators, and take times from an unprofiled run."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:
+        fn()
+    sort = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+    table = prof.key_averages().table(sort_by=sort, row_limit=rows)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(table + "\n", encoding="utf-8")
+    return table

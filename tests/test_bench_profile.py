@@ -281,3 +281,12 @@ def test_decoder_times_each_of_its_model_calls(tiny_model, smol_tokenizer):
     assert p.calls and all(c.seconds is not None and c.seconds > 0 for c in p.calls)
     for phase in ("prefill", "decode"):  # a call's own time: no more than the section around it
         assert sum(c.seconds for c in p.calls if c.phase == phase) <= p.seconds[phase]
+
+
+def test_operator_table_names_the_operators_a_run_spent_its_time_in(tmp_path):
+    import torch
+
+    harness = bench_module("harness")
+    a = torch.randn(64, 64)
+    table = harness.operator_table(lambda: [a @ a for _ in range(3)], tmp_path / "ops" / "table.txt")
+    assert "aten::mm" in table and (tmp_path / "ops" / "table.txt").read_text(encoding="utf-8").strip() == table.strip()
