@@ -24,6 +24,7 @@ dataset:
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections import defaultdict
@@ -70,11 +71,14 @@ def _paired(a: dict[str, float], b: dict[str, float]) -> str:
 
 
 def _labels(run: EvalRun) -> dict[str, dict[str, Any]]:
-    """Each question's metadata (its knowing label, hop labels), from the run's dataset."""
+    """Each question's metadata (its knowing label, hop labels), from the run's dataset (read once per set)."""
     cfg = run.config
-    qs = QuestionSet(cfg["dataset"])
-    return {ex.id: ex.metadata for ex in read_set(qs, fmt=cfg.get("dataset_format"),
-                                                   world=WorldOptions(seed=cfg.get("world_seed", 0)))}
+    return _set_metadata(cfg["dataset"], cfg.get("dataset_format"), cfg.get("world_seed", 0))
+
+
+@functools.lru_cache(maxsize=16)  # cleared by each report: a set's name may point to another build next time
+def _set_metadata(dataset: str, fmt: str | None, world_seed: int) -> dict[str, dict[str, Any]]:
+    return {ex.id: ex.metadata for ex in read_set(QuestionSet(dataset), fmt=fmt, world=WorldOptions(seed=world_seed))}
 
 
 def _labelled(run: EvalRun) -> bool:
@@ -99,6 +103,17 @@ def _auroc_line(name: str, scores: dict[str, float], labels: dict[str, dict[str,
     return f"| {name} | {_fmt(*got) if got else missing} |"
 
 
+def _oracle(no_ret: dict[str, float], ret: dict[str, float], labels: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """The best any gate over these two answers can do: the retrieving answer exactly where the model does not
+    know the fact (labelled questions both runs answered, in a fixed order for the bootstrap)."""
+    return {i: ret[i] if labels[i]["label"] == "unknown" else no_ret[i]
+            for i in sorted(set(no_ret) & set(ret)) if "label" in labels.get(i, {})}
+
+
+def _unknown(ids, labels: dict[str, dict[str, Any]]) -> dict[str, float]:
+    return {i: float(labels[i]["label"] == "unknown") for i in ids}
+
+
 def adapt_claim(runs: dict[str, EvalRun]) -> list[str]:
     acc = {m: _per_question(runs[m], "acc") for m in ("nr", "ar", "adapt-llm")}
     share = {m: _per_question(runs[m], "retrieved") for m in ("nr", "ar", "adapt-llm")}
@@ -106,12 +121,10 @@ def adapt_claim(runs: dict[str, EvalRun]) -> list[str]:
     labels = _labels(runs["adapt-llm"])
     gate = gate_agreement(share["adapt-llm"], labels)
     lines = [f"| {m} | {_mean_ci(acc[m])} | {_mean_ci(share[m])} |" for m in ("nr", "ar", "adapt-llm")]
-    # the best any gate over these two answers can do: retrieve exactly where the model does not know the fact
-    oracle = {i: acc["ar"][i] if labels[i]["label"] == "unknown" else acc["nr"][i]
-              for i in sorted(set(acc["nr"]) & set(acc["ar"])) if "label" in labels.get(i, {})}
+    oracle = _oracle(acc["nr"], acc["ar"], labels)
     if oracle:
-        lines.append(f"| oracle gate (retrieve = unknown) | {_mean_ci(oracle)} | "
-                     f"{_mean_ci({i: float(labels[i]['label'] == 'unknown') for i in oracle})} |")
+        unknown = _unknown(oracle, labels)
+        lines.append(f"| oracle gate (retrieve = unknown) | {_mean_ci(oracle)} | {_mean_ci(unknown)} |")
     out = ["| policy | accuracy [95% CI] | retrieval share [95% CI] |", "|---|---|---|", *lines, "",
            f"ADAPT-LLM − {best.upper()} (the better baseline), paired: {_paired(acc['adapt-llm'], acc[best])}",
            f"gate vs the recorded label (retrieve = unknown): {json.dumps(gate)}"]
@@ -208,11 +221,10 @@ def policy_claim(runs: dict[str, EvalRun]) -> list[str]:
         pr = " / ".join("-" if gate[k] is None else f"{gate[k]:.2f}" for k in ("precision", "recall"))
         diff = "-" if m == best else _paired(acc[m], acc[best])
         lines.append(f"| {m} | {_mean_ci(acc[m])} | {_mean_ci(share[m])} | {diff} | {pr} |")
-    oracle = {i: acc["sr-rag"][i] if labels[i]["label"] == "unknown" else acc["wo-rag"][i]
-              for i in sorted(set(acc["wo-rag"]) & set(acc["sr-rag"])) if "label" in labels.get(i, {})}
+    oracle = _oracle(acc["wo-rag"], acc["sr-rag"], labels)
     if not oracle:
         return [*lines, "", f"the better baseline: {best}; wo-rag and sr-rag share no labelled question"]
-    unknown = {i: float(labels[i]["label"] == "unknown") for i in oracle}
+    unknown = _unknown(oracle, labels)
     lines.append(f"| oracle gate (retrieve = unknown) | {_mean_ci(oracle)} | {_mean_ci(unknown)} | "
                  f"{_paired(oracle, acc[best])} | 1.00 / 1.00 |")
     share_unknown = sum(unknown.values()) / len(unknown)
@@ -271,23 +283,20 @@ def _is_signals_run(run: EvalRun) -> bool:
             and not run.metrics.get("retrieval_calls", 0))
 
 
-def _dupes(runs: list[EvalRun], key) -> dict[str, list[EvalRun]]:
-    out: dict[str, list[EvalRun]] = defaultdict(list)
+def _one_each(runs: list[EvalRun], key, dataset: str) -> dict[str, EvalRun]:
+    """The runs by ``key(run)``, or a DataError naming the folders that compete for one row of a claim's table."""
+    named: dict[str, list[EvalRun]] = defaultdict(list)
     for r in runs:
-        out[key(r)].append(r)
-    return out
-
-
-def _unique(named: dict[str, list[EvalRun]], dataset: str) -> dict[str, EvalRun]:
-    """One run per name, or a DataError naming the folders that compete for a row of a claim's table."""
-    for name, runs in named.items():
-        if len(runs) > 1:
-            raise DataError(f"{len(runs)} runs of '{name}' on {dataset}: "
-                            f"{', '.join(str(r.folder) for r in runs)}; give the folders of one run each")
-    return {name: runs[0] for name, runs in named.items()}
+        named[key(r)].append(r)
+    for name, same in named.items():
+        if len(same) > 1:
+            raise DataError(f"{len(same)} runs of '{name}' on {dataset}: "
+                            f"{', '.join(str(r.folder) for r in same)}; give the folders of one run each")
+    return {name: same[0] for name, same in named.items()}
 
 
 def claims_report(paths: list[str]) -> str:
+    _set_metadata.cache_clear()
     reports = [r for path in paths for r in sorted(Path(path).rglob("report.json"))]
     try:
         runs = find_runs(paths).evals
@@ -305,7 +314,7 @@ def claims_report(paths: list[str]) -> str:
             continue
         with_signals = [r for r in group if _is_signals_run(r)]
         group = [r for r in group if not _is_signals_run(r)]
-        named = _unique(_dupes([r for r in group if r.method != "iter-retgen"], policy_name), dataset)
+        named = _one_each([r for r in group if r.method != "iter-retgen"], policy_name, dataset)
         if {"nr", "ar", "adapt-llm"} <= set(named):
             parts += [f"\n## ADAPT-LLM on {dataset}\n", *adapt_claim(named)]
         if with_signals:
@@ -317,7 +326,7 @@ def claims_report(paths: list[str]) -> str:
             policies = {policy_name(r): r for r in dynamic}
             parts += [f"\n## Triggers as gates on {dataset}\n", *policy_claim(policies)]
         elif dynamic:  # one row per method: two DRAGIN profiles on the same bridges compete for one row
-            by_method = _unique(_dupes(dynamic, lambda r: r.method), dataset)
+            by_method = _one_each(dynamic, lambda r: r.method, dataset)
             parts += [f"\n## DRAGIN and the baselines on {dataset}\n", *dynamic_claim(by_method)]
         iters = {int(r.config.get("iterations", 2)): r for r in group if r.method == "iter-retgen"}
         if iters:

@@ -78,8 +78,13 @@ class EvalRun:
         inner = self.config.get("gate_inner", "single")
         return f"{method} ({inner})" if method in ("adapt-llm", "ar", "popularity") and inner != "single" else method
 
+    # the run's predictions, read once: a report and the claims score them per metric
+    _records: list[PredictionRecord] | None = field(default=None, repr=False, compare=False)
+
     def records(self) -> list[PredictionRecord]:
-        return read_predictions(self.folder)
+        if self._records is None:
+            self._records = read_predictions(self.folder)
+        return self._records
 
 
 @dataclass
@@ -150,14 +155,15 @@ def load_eval_run(folder: Path, name: str) -> EvalRun:
         raise DataError(f"{folder / 'config.yaml'}: not valid YAML ({type(err).__name__})") from None
     if not isinstance(config, dict):
         raise DataError(f"{folder / 'config.yaml'}: expected a mapping of setting: value")
+    records = read_predictions(folder)
+    normalisation, mode = config.get("answer_normalisation", "official"), scoring_mode(config)
     if (folder / "metrics.json").is_file():
         metrics = _read_json(folder / "metrics.json")
     else:  # an interrupted run: score what it has
-        metrics = summarise(read_predictions(folder), normalisation=config.get("answer_normalisation", "official"),
-                            **scoring_mode(config))
+        metrics = summarise(records, normalisation=normalisation, **mode)
         name += " (unfinished)"
-    return EvalRun(name, folder, config, metrics, intervals=record_intervals(
-        read_predictions(folder), config.get("answer_normalisation", "official"), **scoring_mode(config)))
+    return EvalRun(name, folder, config, metrics, intervals=record_intervals(records, normalisation, **mode),
+                   _records=records)
 
 
 def record_intervals(records: list[PredictionRecord], normalisation: str = "official", extraction: str = "project",
