@@ -9,7 +9,7 @@ GPU_EXTRAS := dev,gpu
 CPU_EXTRAS := dev,cpu
 EXTRAS ?= $(if $(HAS_CUDA),$(GPU_EXTRAS),$(CPU_EXTRAS))
 
-.PHONY: setup test lint gpu-check
+.PHONY: setup test lint gpu-check gpu-scale
 
 setup:
 	# torch first, so the floor in pyproject.toml is met by the right build. An installed torch (a user's CUDA
@@ -32,3 +32,6 @@ lint:
 
 gpu-check:
 	$(PYTHON) bench/gpu_check.py
+
+gpu-scale:
+	$(PYTHON) bench/gpu_scale.py --json runs/bench/gpu_scale.json

@@ -3,12 +3,10 @@ the baseline's replay unchanged by profiling. Speed is measured in bench/, never
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from bench_modules import bench_module
 from scripted_lm import scripted_llama
 
 from adaptive_rag.lm import profiling
@@ -17,20 +15,6 @@ from adaptive_rag.lm.profiling import ModelCall, Profile
 from adaptive_rag.plumbing.records import QAExample
 from inference.dynamic_rag.methods import MethodConfig
 from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
-
-def bench_module(name: str):
-    sys.path.insert(0, str(BENCH))  # as `python bench/NAME.py` has it
-    try:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up there
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
 
 
 class Clock:
