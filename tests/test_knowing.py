@@ -85,6 +85,7 @@ def test_knowing_training_recomputes_no_activations(smol_tokenizer, tmp_path):
     from training.knowing_model import sft_args
     from training.knowing_steps import KnowingConfig
     from training.label_only_head import score_labelled_only
+    from training.lora_sft import checkpointing_option
     from training.varlen_attention import use_for_padding_free
 
     assert sft_args(KnowingConfig(seed=0), tmp_path).gradient_checkpointing is False
@@ -95,9 +96,8 @@ def test_knowing_training_recomputes_no_activations(smol_tokenizer, tmp_path):
         model = tiny_llama(len(smol_tokenizer)).train()
         use_for_padding_free(model, True)
         args = sft_args(KnowingConfig(seed=0, max_steps=2), tmp_path / str(checkpointing))
-        args.gradient_checkpointing = checkpointing
-        if hasattr(args, "activation_checkpointing"):  # the name the Trainer reads in later transformers 5 releases
-            args.activation_checkpointing = checkpointing
+        for name, on in checkpointing_option(checkpointing).items():  # the name this transformers reads
+            setattr(args, name, on)
         args.save_strategy, args.disable_tqdm = "no", True
         trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=smol_tokenizer)
         score_labelled_only(trainer)

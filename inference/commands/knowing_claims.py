@@ -38,9 +38,8 @@ from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config
 from adaptive_rag.plumbing.errors import ConfigError, DataError
 from adaptive_rag.plumbing.question_set import QuestionSet
-from adaptive_rag.plumbing.scoring import score_record
 from data_builders.question_loader import WorldOptions, read_set
-from inference.commands.report import EvalRun, find_runs, scoring_mode
+from inference.commands.report import EvalRun, find_runs
 from inference.dynamic_rag.signals import has_text
 
 DYNAMIC = ("wo-rag", "sr-rag", "fl-rag", "fs-rag", "flare", "dragin")
@@ -51,13 +50,11 @@ def _fmt(mean: float, lo: float, hi: float) -> str:
 
 
 def _per_question(run: EvalRun, metric: str) -> dict[str, float]:
-    norm = run.config.get("answer_normalisation", "official")
     if metric == "retrievals":
         return {r.id: float(len(r.retrievals)) for r in run.records()}
     if metric == "retrieved":
         return {r.id: float(bool(r.gate and r.gate.retrieved)) for r in run.records()}
-    mode = scoring_mode(run.config)  # as the run's own metrics.json scored it
-    return {r.id: float(score_record(r, norm, **mode)[metric]) for r in run.records()}
+    return {i: float(s[metric]) for i, s in run.scores().items()}  # as the run's own metrics.json scored it
 
 
 def _mean_ci(values: dict[str, float]) -> str:

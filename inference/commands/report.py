@@ -78,13 +78,22 @@ class EvalRun:
         inner = self.config.get("gate_inner", "single")
         return f"{method} ({inner})" if method in ("adapt-llm", "ar", "popularity") and inner != "single" else method
 
-    # the run's predictions, read once: a report and the claims score them per metric
+    # the run's predictions and their scores, each made once: a report and the claims read them per metric
     _records: list[PredictionRecord] | None = field(default=None, repr=False, compare=False)
+    _scores: dict[str, dict[str, float]] | None = field(default=None, repr=False, compare=False)
 
     def records(self) -> list[PredictionRecord]:
         if self._records is None:
             self._records = read_predictions(self.folder)
         return self._records
+
+    def scores(self) -> dict[str, dict[str, float]]:
+        """Each question's EM, F1 and accuracy, its answer scored as the run scored it (:func:`scoring_mode`)."""
+        if self._scores is None:
+            norm = self.config.get("answer_normalisation", "official")
+            mode = scoring_mode(self.config)
+            self._scores = {r.id: score_record(r, norm, **mode) for r in self.records()}
+        return self._scores
 
 
 @dataclass
@@ -156,30 +165,28 @@ def load_eval_run(folder: Path, name: str) -> EvalRun:
     if not isinstance(config, dict):
         raise DataError(f"{folder / 'config.yaml'}: expected a mapping of setting: value")
     records = read_predictions(folder)
-    normalisation, mode = config.get("answer_normalisation", "official"), scoring_mode(config)
     if (folder / "metrics.json").is_file():
         metrics = _read_json(folder / "metrics.json")
     else:  # an interrupted run: score what it has
-        metrics = summarise(records, normalisation=normalisation, **mode)
+        metrics = summarise(records, normalisation=config.get("answer_normalisation", "official"),
+                            **scoring_mode(config))
         name += " (unfinished)"
-    return EvalRun(name, folder, config, metrics, intervals=record_intervals(records, normalisation, **mode),
-                   _records=records)
+    run = EvalRun(name, folder, config, metrics, _records=records)
+    run.intervals = record_intervals(run)
+    return run
 
 
-def record_intervals(records: list[PredictionRecord], normalisation: str = "official", extraction: str = "project",
-                     dataset_kind: str | None = None) -> dict[str, tuple]:
+def record_intervals(run: EvalRun) -> dict[str, tuple]:
     """Bootstrap 95% intervals of EM, F1, accuracy and retrievals per question (and, for a gate's records, the
-    share that retrieved) over the run's questions, each answer scored as the run scored it (``extraction``:
-    :func:`scoring_mode`); empty without predictions."""
-    if not records:
-        return {}
-    rows = []
-    for rec in records:
-        row = {**score_record(rec, normalisation, extraction, dataset_kind), "retrieval_calls": len(rec.retrievals)}
+    share that retrieved) over the run's questions, each answer scored as the run scored it
+    (:meth:`EvalRun.scores`); empty without predictions."""
+    scores, rows = run.scores(), []
+    for rec in run.records():
+        row = {**scores[rec.id], "retrieval_calls": len(rec.retrievals)}
         if rec.gate is not None:
             row["retrieved"] = float(rec.gate.retrieved)
         rows.append(row)
-    return metric_intervals(rows, ("em", "f1", "acc", "retrieval_calls", "retrieved"))
+    return metric_intervals(rows, ("em", "f1", "acc", "retrieval_calls", "retrieved")) if rows else {}
 
 
 def find_runs(paths: list[str]) -> Runs:
