@@ -4,8 +4,13 @@ Each source is the file its authors released (or, where the authors' own copy is
 repository at a pinned revision), in the format the project's readers parse, so ``read_qa`` / ``read_corpus`` take
 the downloaded files as they are. ``verified`` says whether the address was checked against a public page that
 names it (hub commit listings, the authors' or other projects' download scripts) while this table was written;
-none could be fetched from the machine that wrote it, so the first real download is what records each file's
-sha256 in the manifest (later runs check against it). ``sha256`` pins a file whose bytes were checked.
+none could be fetched from the machine that wrote it.
+
+``sha256`` and ``size`` pin a file where a checksum is published (SQuAD's and HotpotQA's, in the checksum files of
+TensorFlow Datasets and Hugging Face ``datasets``) or where a byte copy was checked (NQ-open dev); elsewhere they
+are None and the first download records the sha256 in the manifest (later downloads are checked against it) and
+prints it, so it can be pinned here. ``mirrors`` are other addresses of the same bytes, tried after the authors'
+host; only addresses known to serve the very file are listed (a pinned sha256 checks them too).
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ Extract = Literal["zip", "tgz", "gunzip"]
 
 @dataclass(frozen=True)
 class RemoteFile:
-    url: str
+    url: str  # the authors' address, tried first (after any mirror the user names)
     save_as: str  # file name inside the source's folder (the archive's, when extracted)
     sha256: str | None = None  # pinned bytes; None: recorded at the first download
     extract: Extract | None = None  # unpacked into the source's folder after the checksum
+    size: int | None = None  # published size in bytes: a body of another length is refused before it is kept
+    mirrors: tuple[str, ...] = ()  # byte-identical copies elsewhere, tried in order when the authors' host fails
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,11 @@ HF = "https://huggingface.co/datasets"
 NQ_COMMIT = "fb26a3073b1fe636c97302890a27b491d6530130"  # google-research-datasets/natural-questions
 NQ_RAW = f"https://raw.githubusercontent.com/google-research-datasets/natural-questions/{NQ_COMMIT}/nq_open"
 POPQA_REVISION = "098765c79ea10a2cb19c828324e33281b8336ec0"  # akariasai/PopQA: the commit that holds test.tsv
+SQUAD = "https://rajpurkar.github.io/SQuAD-explorer/dataset"
+# rajpurkar.github.io/SQuAD-explorer is GitHub Pages over the rajpurkar/SQuAD-explorer repository: its master branch
+# holds the same files (the published sha256 below is reproduced from that repository's blobs)
+SQUAD_RAW = "https://raw.githubusercontent.com/rajpurkar/SQuAD-explorer/master/dataset"
+HOTPOT = "http://curtis.ml.cmu.edu/datasets/hotpot"
 
 SOURCES: dict[str, Source] = {s.name: s for s in (
     Source(
@@ -51,22 +63,33 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
         license="MIT", note="the authors' hub copy (the same rows as popQA.tsv in AlexTMallen/adaptive-retrieval)"),
     Source(
         "nq-open", "ADAPT-LLM: training set (train) and an evaluation set (dev, the 'NQ test' of ODQA papers)",
-        (RemoteFile(f"{NQ_RAW}/NQ-open.dev.jsonl", "NQ-open.dev.jsonl",
-                    sha256="f15567f38099f3615f5b8a685c0aef449c11ad90d3da3735e8d1b98115b40616"),
+        (RemoteFile(f"{NQ_RAW}/NQ-open.dev.jsonl", "NQ-open.dev.jsonl",  # checked against a byte copy
+                    sha256="f15567f38099f3615f5b8a685c0aef449c11ad90d3da3735e8d1b98115b40616", size=391316),
          RemoteFile(f"{NQ_RAW}/NQ-open.train.jsonl", "NQ-open.train.jsonl")),
         questions=(("NQ-open.dev.jsonl", "nq_open"), ("NQ-open.train.jsonl", "nq_open")),
         license="CC BY-SA 3.0", note=f"google-research-datasets/natural-questions at commit {NQ_COMMIT}"),
     Source(
         "squad", "ADAPT-LLM: training set (train; its gold paragraphs are the context passages) and dev",
-        (RemoteFile("https://rajpurkar.github.io/SQuAD-explorer/dataset/train-v1.1.json", "train-v1.1.json"),
-         RemoteFile("https://rajpurkar.github.io/SQuAD-explorer/dataset/dev-v1.1.json", "dev-v1.1.json")),
+        # sha256 and size as published in tensorflow/datasets url_checksums/squad.txt and huggingface/datasets
+        # datasets/squad/url_checksums/checksums.txt (the two agree; dmlc/gluon-nlp lists the same sizes)
+        (RemoteFile(f"{SQUAD}/train-v1.1.json", "train-v1.1.json", size=30288272,
+                    sha256="3527663986b8295af4f7fcdff1ba1ff3f72d07d61a20f487cb238a6ef92fd955",
+                    mirrors=(f"{SQUAD_RAW}/train-v1.1.json",)),
+         RemoteFile(f"{SQUAD}/dev-v1.1.json", "dev-v1.1.json", size=4854279,
+                    sha256="95aa6a52d5d6a735563366753ca50492a658031da74f301ac5238b03966972c9",
+                    mirrors=(f"{SQUAD_RAW}/dev-v1.1.json",))),
         questions=(("dev-v1.1.json", "squad"), ("train-v1.1.json", "squad")),
         corpus=(("dev-v1.1.json", "squad"),), license="CC BY-SA 4.0", note="the official SQuAD v1.1 files"),
     Source(
         "hotpotqa", "DRAGIN: evaluation (dev, distractor setting); Iter-RetGen: evaluation and retriever adaptation",
-        (RemoteFile("http://curtis.ml.cmu.edu/datasets/hotpot/hotpot_dev_distractor_v1.json",
-                    "hotpot_dev_distractor_v1.json"),
-         RemoteFile("http://curtis.ml.cmu.edu/datasets/hotpot/hotpot_train_v1.1.json", "hotpot_train_v1.1.json")),
+        # sha256 and size as published in huggingface/datasets datasets/hotpot_qa/dataset_infos.json
+        # (download_checksums; dmlc/gluon-nlp url_checksums/hotpotqa.txt lists the same sizes). No byte-identical
+        # mirror is known (the hub's hotpotqa/hotpot_qa holds converted files, not these): when curtis.ml.cmu.edu is
+        # down, --mirror names a copy (a folder or an address), and these pins check it
+        (RemoteFile(f"{HOTPOT}/hotpot_dev_distractor_v1.json", "hotpot_dev_distractor_v1.json", size=46320117,
+                    sha256="4e9ecb5c8d3b719f624d66b60f8d56bf227f03914f5f0753d6fa1b359d7104ea"),
+         RemoteFile(f"{HOTPOT}/hotpot_train_v1.1.json", "hotpot_train_v1.1.json", size=566426227,
+                    sha256="26650cf50234ef5fb2e664ed70bbecdfd87815e6bffc257e068efea5cf7cd316")),
         questions=(("hotpot_dev_distractor_v1.json", "hotpotqa"), ("hotpot_train_v1.1.json", "hotpotqa")),
         corpus=(("hotpot_dev_distractor_v1.json", "hotpotqa"),), license="CC BY-SA 4.0",
         note="the official release (hotpotqa.github.io)"),
@@ -102,5 +125,6 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
         (RemoteFile("https://dl.fbaipublicfiles.com/dpr/wikipedia_split/psgs_w100.tsv.gz", "psgs_w100.tsv.gz",
                     extract="gunzip"),),
         corpus=(("psgs_w100.tsv", "dpr_tsv"),), license="CC BY-SA 3.0",
-        note="facebookresearch/DPR; 13 GB unpacked (the .gz is kept until the unpacked file is complete)"),
+        note="facebookresearch/DPR; 13 GB unpacked (the .gz is deleted once the unpacked file is complete, unless "
+             "--keep-archives)"),
 )}
