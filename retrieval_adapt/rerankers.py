@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from adaptive_rag.lm.generation import Prompt, render_prompt
 from adaptive_rag.lm.models import ModelOptions, load_causal_lm, resolve_device, resolve_model
-from adaptive_rag.lm.tokenization import batch_prompt_ids
+from adaptive_rag.lm.tokenization import batch_prompt_ids, continuation_ids
 from adaptive_rag.plumbing.progress import bar_options
 from adaptive_rag.plumbing.records import Passage
 
@@ -163,7 +163,9 @@ class LLMReranker(Reranker):
     def _yes_no_ids(self) -> tuple[int, int]:
         # A chat reply starts a fresh line ("Yes"); a plain "Reply:" is followed by a space (" Yes").
         space = "" if self.use_chat_template else " "
-        ids = [self.tokenizer(space + w, add_special_tokens=False)["input_ids"][0] for w in ("Yes", "No")]
+        # as the reply's first token, after the prompt: a SentencePiece tokenizer given " Yes" alone starts it with a
+        # dummy "▁" token
+        ids = [continuation_ids(self.tokenizer, space + w)[0] for w in ("Yes", "No")]
         return ids[0], ids[1]
 
     @torch.no_grad()
@@ -171,7 +173,7 @@ class LLMReranker(Reranker):
         tok = self.tokenizer
         # BOS exactly once where the tokenizer adds one (Llama-2), as every other prompt of the project
         prompts = batch_prompt_ids(tok, [self.prompt(item, p) for item, p in pairs])
-        targets = [tok(self.target(item), add_special_tokens=False)["input_ids"] for item, _ in pairs]
+        targets = [continuation_ids(tok, self.target(item)) for item, _ in pairs]  # the answer as it follows the prompt
         seqs = [p + t for p, t in zip(prompts, targets)]
         width, n_keep = max(map(len, seqs)), max(map(len, targets)) + 1
         pad = tok.pad_token_id if tok.pad_token_id is not None else 0

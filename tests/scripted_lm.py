@@ -12,12 +12,13 @@ from __future__ import annotations
 import torch
 from conftest import tiny_llama
 
+from adaptive_rag.lm.tokenization import continuation_ids
 from inference.dynamic_rag.prompts import PromptBuilder
 
 
 def scripted_llama(tokenizer, script: str, *, strength: float = 2.0):
     """A model that writes ``script`` over and over, starting after its last token (tokens must be distinct)."""
-    ids = tokenizer(script, add_special_tokens=False)["input_ids"]
+    ids = continuation_ids(tokenizer, script)  # as the model writes it after a prompt: no SentencePiece dummy "▁"
     if len(set(ids)) != len(ids):
         raise ValueError(f"the script's tokens repeat: {tokenizer.convert_ids_to_tokens(ids)}")
     model = tiny_llama(len(tokenizer))

@@ -132,3 +132,41 @@ def test_llm_reranker_prompts_start_with_bos_once_like_every_prompt(tiny_model):
     [ids] = seen
     assert all(tok.bos_token_id in row.tolist() for row in ids)
     assert all(row.tolist().count(tok.bos_token_id) == 1 for row in ids)
+
+
+@pytest.mark.parametrize("mode", ["answer_logprob", "yes_logprob"])
+def test_llm_reranker_scores_the_answer_tokens_that_follow_the_prompt_on_sentencepiece(mode):
+    """Llama-2's tokenizer given " Zorara" alone starts it with a dummy "▁" token: the scored target (and " Yes" /
+    " No") must be the ids they have after "Answer:" / "Reply:" in the joint text, or every passage is scored on
+    a token the model never writes there."""
+    from conftest import tiny_llama
+    from tokenizer_matrix import shared_tokenizer
+
+    from adaptive_rag.lm.tokenization import continuation_ids
+
+    tok = shared_tokenizer("sentencepiece")
+    seen = []
+
+    class Recording(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = tiny_llama(len(tok))
+
+        def forward(self, input_ids, **kwargs):
+            seen.append(input_ids)
+            return self.inner(input_ids=input_ids, **kwargs)
+
+    rr = LLMReranker(Recording(), tok, batch_size=4, use_chat_template=False, mode=mode)
+    item = RerankItem("Where is X based?", "Draft y1.", PASSAGES, ["Zorara"])
+    prompt = rr.prompt(item, PASSAGES[0])
+    target = " Zorara" if mode == "answer_logprob" else " Yes"
+    joint = tok(prompt + target, add_special_tokens=False)["input_ids"]
+    assert joint[-len(continuation_ids(tok, target)):] == continuation_ids(tok, target)
+    assert tok(target, add_special_tokens=False)["input_ids"] != continuation_ids(tok, target)  # the trap
+    if mode == "yes_logprob":
+        assert rr._yes_no_ids()[0] == continuation_ids(tok, " Yes")[0]
+    scores = rr.score(item.question, item.y1, PASSAGES, answers=item.answers)
+    assert len(scores) == len(PASSAGES) and all(s == s for s in scores)
+    if mode == "answer_logprob":  # every row the model read ends with the answer as it follows "Answer:"
+        assert all(row.tolist()[-len(continuation_ids(tok, target)):] == continuation_ids(tok, target)
+                   for row in seen[0])

@@ -30,8 +30,12 @@ def test_a_max_takes_later_tokens_only():
 
 
 def test_group_words_merges_pieces_and_keeps_punctuation_attached():
-    pieces = [" Qu", "arv", "ik", " is", " big", ".", "\n", "It", " (", "19", "62", ").", "", "Ok"]
-    assert signals.group_words(pieces) == [[0, 1, 2], [3], [4, 5], [6], [7], [8, 9, 10, 11], [12], [13]]
+    # the reference's rule: a word starts at token 0 and at a piece opening with white space, nowhere else; a
+    # newline takes the word after it ("\nIt"), a lone space the number after it (" 1962"), and an empty piece (a
+    # special or an incomplete byte token) joins the word before it
+    pieces = [" Qu", "arv", "ik", " is", " big", ".", "\n", "It", " (", "19", "62", ").", "", "Ok", " ", "1", "9"]
+    assert signals.group_words(pieces) == [[0, 1, 2], [3], [4, 5], [6, 7], [8, 9, 10, 11, 12, 13], [14, 15, 16]]
+    assert signals.group_words(["A"]) == [[0]] and signals.group_words([]) == []
 
 
 def test_content_words():

@@ -2,7 +2,9 @@
 
 import pytest
 import torch
+from tokenizer_matrix import TOKENIZERS, shared_tokenizer
 
+from adaptive_rag.lm.tokenization import continuation_ids
 from inference.dynamic_rag.text_units import TokenText, ends_sentence, split_sentences
 
 
@@ -41,30 +43,6 @@ def test_ends_sentence(before, nxt, expected):
     assert ends_sentence(before, nxt) is expected
 
 
-class _Tok:
-    """A byte-level-BPE-like tokenizer: 'Ġ' marks a leading space and decode keeps it."""
-
-    vocab = {"Ġword": 0, "Ġhello": 1, "Ġworld": 2, ".": 3, "<eos>": 4}
-    all_special_ids = [4]
-
-    def encode(self, text, add_special_tokens=False):
-        return [self.vocab["Ġ" + w] for w in text.split()]
-
-    def convert_ids_to_tokens(self, ids):
-        inv = {v: k for k, v in self.vocab.items()}
-        return [inv[i] for i in ids] if isinstance(ids, list) else inv[ids]
-
-    def decode(self, ids):
-        return "".join(self.convert_ids_to_tokens(list(ids))).replace("Ġ", " ")
-
-
-def test_token_text_pieces_join_to_the_decoded_text_and_specials_are_empty():
-    tt = TokenText(_Tok())
-    assert tt.marker == "Ġ"
-    assert tt.pieces([1, 2, 3, 4]) == [" hello", " world", ".", ""]
-    assert "".join(tt.pieces([1, 2, 3])) == _Tok().decode([1, 2, 3])
-
-
 def test_sentence_end_reads_the_tail_as_the_whole_text_would():
     """ends_sentence looks at the last 64 characters only (flat cost per token): it must decide exactly as the
     patterns over the whole text do, also with long runs of trailing white space and initials at the cut."""
@@ -99,63 +77,59 @@ def test_round_text_grows_with_its_pieces():
     assert view.text == " Blue"
 
 
-class _PieceTok:
-    """A tokenizer over a fixed list of raw tokens in one of two styles: byte-level BPE ("Ġ" marks a space, "Ċ" is a
-    newline; decode keeps both) or SentencePiece ("▁" marks a space, "<0x0A>" is a newline; decode drops the leading
-    space of a lone "▁word", as Llama-2's does)."""
-
-    all_special_ids: list[int] = []
-
-    def __init__(self, raw: list[str], style: str):
-        self.raw, self.style = list(raw) + [("Ġ" if style == "bpe" else "▁") + "word"], style
-        self.marker = "Ġ" if style == "bpe" else "▁"
-
-    def encode(self, text, add_special_tokens=False):
-        assert text == " word"  # TokenText's probe
-        return [len(self.raw) - 1]
-
-    def convert_ids_to_tokens(self, ids):
-        return [self.raw[i] for i in ids] if isinstance(ids, list) else self.raw[ids]
-
-    def decode(self, ids):
-        text = "".join(self.raw[i] for i in ids)
-        if self.style == "bpe":
-            return text.replace("Ġ", " ").replace("Ċ", "\n")
-        text = text.replace("<0x0A>", "\n").replace("▁", " ")
-        return text[1:] if text.startswith(" ") else text
+# Hand-built pieces of " Scott Derrickson's film didn't use U.S. money.\nSo 1970" as each family decodes them
+# (TokenText: each piece as it reads in the middle of a text). Byte-level BPE (SmolLM2): "ĠScott", "ĠDer", ...,
+# "Ċ", "So", "Ġ", "1", "9", "7", "0"; SentencePiece (Llama-2): "▁Scott", ..., "'", "s", ..., "<0x0A>", "So", "▁",
+# "1", "9", "7", "0" (a lone "▁" before digits on both).
+_BPE = [" Scott", " Der", "rick", "son", "'s", " film", " didn", "'t", " use", " U", ".", "S", ".", " money", ".",
+        "\n", "So", " ", "1", "9", "7", "0"]
+_SP = [" Scott", " Der", "rick", "son", "'", "s", " film", " didn", "'", "t", " use", " U", ".", "S", ".", " money",
+       ".", "\n", "So", " ", "1", "9", "7", "0"]
+_WORDS = ["Scott", "Derrickson's", "film", "didn't", "use", "U.S.", "money.", "So", "1970"]
 
 
-# " Scott Derrickson's film didn't use U.S. money.\nSo" as each tokenizer family cuts it
-_BPE = ["ĠScott", "ĠDer", "rick", "son", "'s", "Ġfilm", "Ġdidn", "'t", "Ġuse", "ĠU", ".", "S", ".", "Ġmoney", ".",
-        "Ċ", "So"]
-_SP = ["▁Scott", "▁Der", "rick", "son", "'", "s", "▁film", "▁didn", "'", "t", "▁use", "▁U", ".", "S", ".", "▁money",
-       ".", "<0x0A>", "So"]
-_WORDS = ["Scott", "Derrickson's", "film", "didn't", "use", "U.S.", "money.", "", "So"]
+@pytest.mark.parametrize("pieces", [_BPE, _SP], ids=["smollm2-style", "llama2-style"])
+def test_words_are_the_references_whitespace_delimited_units(pieces):
+    """Punctuation and apostrophes stay in the word (the reference's "▁"-delimited words); a newline opens the word
+    after it and a lone space the number after it, as the reference's rule does; the stopword test reads the word
+    without its surrounding punctuation and a clitic by its stem."""
+    from inference.dynamic_rag.signals import group_words, is_content_word
 
-
-@pytest.mark.parametrize("raw", [_BPE, _SP], ids=["smollm2-style", "llama2-style"])
-def test_words_are_the_references_whitespace_delimited_units(raw):
-    """Punctuation and apostrophes stay in the word (the reference's "▁"-delimited words); a newline is a unit of its
-    own; the stopword test reads the word without its surrounding punctuation and a clitic by its stem."""
-    from inference.dynamic_rag.signals import group_words, has_text, is_content_word
-
-    tok = _PieceTok(raw, "bpe" if raw is _BPE else "sp")
-    pieces = TokenText(tok).pieces(list(range(len(raw))))
-    assert "".join(pieces) == " Scott Derrickson's film didn't use U.S. money.\nSo"
-    words = ["".join(pieces[i] for i in idx).strip() for idx in group_words(pieces)]
+    assert "".join(pieces) == " Scott Derrickson's film didn't use U.S. money.\nSo 1970"
+    groups = group_words(pieces)
+    words = ["".join(pieces[i] for i in idx).strip() for idx in groups]
     assert words == _WORDS
-    assert [is_content_word(w) for w in words] == [True, True, True, False, True, True, True, False, False]
-    assert not has_text(words[7]) and not is_content_word("'s") and not is_content_word(" .")
+    assert [len(idx) for idx in groups][-1] == 5  # " ", "1", "9", "7", "0": the number keeps all five tokens
+    assert [is_content_word(w) for w in words] == [True, True, True, False, True, True, True, False, True]
+    assert not is_content_word("'s") and not is_content_word(" .")
+
+
+@pytest.mark.parametrize("family", TOKENIZERS)
+def test_real_tokenizers_give_the_hand_built_words(family):
+    """The same sentence through each real tokenizer family: its pieces join to the text, and its words are the
+    hand-built ones."""
+    from inference.dynamic_rag.signals import group_words
+
+    tok = shared_tokenizer(family)
+    text = " Scott Derrickson's film didn't use U.S. money.\nSo 1970"
+    pieces = TokenText(tok).pieces(continuation_ids(tok, text))
+    assert "".join(pieces) == text
+    assert ["".join(pieces[i] for i in idx).strip() for idx in group_words(pieces)] == _WORDS
+
+
+def test_specials_are_empty_pieces(smol_tokenizer):
+    tt = TokenText(smol_tokenizer)
+    assert tt.marker == "Ġ"
+    assert tt.pieces([smol_tokenizer.eos_token_id]) == [""]
 
 
 def test_qfs_fills_its_top_n_with_whole_words_not_fragments():
     from inference.dynamic_rag.signals import qfs_query
 
-    pieces = _PieceTok(_SP, "sp")
-    pieces = TokenText(pieces).pieces(list(range(len(_SP))))
+    pieces = _SP
     row = torch.full((len(pieces),), 0.01)
     row[5] = 0.5  # the "s" of "Derrickson's"
     row[9] = 0.4  # the "t" of "didn't": a stopword once whole
     row[14] = 0.3  # the second "." of "U.S."
-    # "Derrickson's" = 0.01 * 4 + 0.5; "U.S." = 0.01 * 3 + 0.3; then "Scott", "film", "use", "money." at 0.01-0.02
+    # "Derrickson's" = 0.01 * 4 + 0.5; "U.S." = 0.01 * 3 + 0.3; then the others at 0.01-0.05
     assert qfs_query(row, pieces, [True] * len(pieces), 2) == "Derrickson's U.S."

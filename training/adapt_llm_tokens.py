@@ -15,7 +15,7 @@ from typing import Any
 
 from datasets import Dataset
 
-from adaptive_rag.lm.tokenization import batch_prompt_ids
+from adaptive_rag.lm.tokenization import batch_prompt_ids, continuation_ids
 
 
 def completion_token_ids(tokenizer: Any, prompt: str, completion: str, prompt_tokens: list[int] | None = None,
@@ -30,8 +30,8 @@ def completion_token_ids(tokenizer: Any, prompt: str, completion: str, prompt_to
         prompt + completion, add_special_tokens=False)["input_ids"]
     if list(joint[:len(plain)]) == list(plain):
         ids = list(joint[len(plain):])
-    else:
-        ids = list(tokenizer(completion, add_special_tokens=False)["input_ids"])
+    else:  # as it follows text: alone, a SentencePiece tokenizer would open it with a dummy "▁"
+        ids = continuation_ids(tokenizer, completion)
     eos = tokenizer.eos_token_id
     if eos is not None and ids[-1:] != [eos]:
         ids.append(eos)

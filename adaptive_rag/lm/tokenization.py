@@ -5,6 +5,12 @@ tokenizes training text with special tokens, DRAGIN's and ADAPT-LLM's code call 
 the model always saw ``<s>`` first. A chat template may write its own BOS into the text (Llama-2's ``<s>[INST]``,
 Llama-3's ``<|begin_of_text|>``), which is then parsed as that special token. :func:`prompt_ids` gives the model
 exactly what the tokenizer's own default gives for plain text, and BOS exactly once whatever the text holds.
+
+Text that *follows* other text needs care on SentencePiece tokenizers (Llama-2, Mistral, Vicuna): encoding it alone
+adds a dummy "▁" before it (" Paris" becomes "▁", "▁Paris"), and decoding ids alone drops the space the first
+piece carries ("▁The" decodes to "The"), so rounds decoded one by one fuse ("founded.The"). Byte-level BPE
+(SmolLM2, GPT-2, Llama-3) does neither. :func:`continuation_ids` and :func:`decode_continuation` give, for every
+tokenizer, the ids and the text a piece has in the middle of a longer text.
 """
 
 from __future__ import annotations
@@ -52,3 +58,31 @@ def batch_prompt_ids(tokenizer: Any, texts: list[str]) -> list[list[int]]:
         return [list(ids) for ids in encoded]
     bos = tokenizer.bos_token_id
     return [list(ids) if ids[:1] == [bos] else [bos, *ids] for ids in encoded]
+
+
+# Text that ends every line of every tokenizer's vocabulary: one token on byte-level BPE ("Ċ") and on SentencePiece
+# ("<0x0A>", after the dummy prefix), and a piece no tokenizer merges with a following word.
+_ANCHOR = "\n"
+
+
+def continuation_ids(tokenizer: Any, text: str) -> list[int]:
+    """The ids of ``text`` as it tokenizes after other text: no BOS, and no SentencePiece dummy prefix (" Paris" is
+    "▁Paris", not "▁", "▁Paris"). Falls back to ``text`` tokenized alone where the anchor merges with it."""
+    anchor = tokenizer(_ANCHOR, add_special_tokens=False)["input_ids"]
+    joint = tokenizer(_ANCHOR + text, add_special_tokens=False)["input_ids"]
+    if list(joint[:len(anchor)]) == list(anchor):
+        return list(joint[len(anchor):])
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def decode_continuation(tokenizer: Any, ids: list[int], *, skip_special_tokens: bool = True) -> str:
+    """``ids`` as text in the middle of a longer text: the leading space of a first "▁word" piece kept, which a
+    SentencePiece decoder strips from the start of what it decodes. For byte-level BPE the same as ``decode``."""
+    if not ids:
+        return ""
+    anchor = continuation_ids(tokenizer, _ANCHOR) or tokenizer(_ANCHOR, add_special_tokens=False)["input_ids"]
+    head = tokenizer.decode(anchor, skip_special_tokens=skip_special_tokens)
+    text = tokenizer.decode(list(anchor) + list(ids), skip_special_tokens=skip_special_tokens)
+    if head and text.startswith(head):
+        return text[len(head):]
+    return tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from adaptive_rag.lm.decoder import BatchDecoder, Sequence, shared_head_ids, stop_token_ids
 from adaptive_rag.lm.sampling import Sampler
-from adaptive_rag.lm.tokenization import prompt_ids
+from adaptive_rag.lm.tokenization import continuation_ids, prompt_ids
 from adaptive_rag.plumbing import dragin_eval
 from adaptive_rag.plumbing.records import Passage, PredictionRecord, QAExample, RetrievalRecord
 from adaptive_rag.plumbing.retriever import Retriever
@@ -33,7 +33,7 @@ from inference.dynamic_rag.methods import MethodConfig
 from inference.dynamic_rag.prompts import PromptBuilder
 from inference.dynamic_rag.queries import form_query
 from inference.dynamic_rag.round_view import Event, RoundView
-from inference.dynamic_rag.text_units import TokenText, ends_sentence
+from inference.dynamic_rag.text_units import PieceStream, TokenText, ends_sentence
 from inference.dynamic_rag.triggers import TRIGGERS, check_trigger
 
 ANSWER_MARKER = re.compile(r"the answer is", re.IGNORECASE)
@@ -62,7 +62,11 @@ class EngineConfig:
 @dataclass
 class QuestionState:
     example: QAExample
-    prior: str = ""  # answer text kept from earlier rounds (already in the prompt)
+    prior: str = ""  # answer text kept from earlier rounds (already in the prompt): prior_base + decode(kept_ids)
+    # the tokens kept from earlier rounds, decoded together whenever one is added: decoding round by round would
+    # fuse the rounds on SentencePiece tokenizers, whose decoder drops a chunk's leading space ("founded.The")
+    kept_ids: list[int] = field(default_factory=list)
+    prior_base: str = ""  # text before the kept tokens: the forced answer's "... So the answer is"
     docs: list[Passage] = field(default_factory=list)
     retrievals: list[RetrievalRecord] = field(default_factory=list)
     forward_passes: int = 0
@@ -72,6 +76,7 @@ class QuestionState:
     # set while a round is in flight
     view: RoundView | None = None
     seq: Sequence | None = None
+    stream: PieceStream | None = None  # the round's pieces, a character split over byte tokens carried across steps
     prompt_ids: list[int] = field(default_factory=list)
     signals: list[dict[str, Any]] = field(default_factory=list)
     after_retrieval: bool = False  # the next round follows a retrieval a trigger fired
@@ -123,6 +128,7 @@ class DynamicRAGEngine:
             budget = max(1, self.max_new_tokens - self._tokens(state.prior))
         seq = Sequence(key=state, prompt_ids=ids, max_new_tokens=budget)
         state.seq, state.prompt_ids, state.rounds = seq, ids, state.rounds + 1
+        state.stream = self.text.stream()
         state.docs_round = state.after_retrieval and bool(state.docs) and self.method.docs_for_next_sentence_only
         state.view = RoundView(state.example.question, [], [], [], [], self.text.pieces(ids), eligible,
                                after_retrieval=state.after_retrieval, head_reduce=self.cfg.head_reduce)
@@ -130,7 +136,8 @@ class DynamicRAGEngine:
         return seq
 
     def _tokens(self, text: str) -> int:
-        return len(self.tokenizer.encode(text, add_special_tokens=False))
+        """Tokens of the answer text written so far, as it follows the prompt (no SentencePiece dummy prefix)."""
+        return len(continuation_ids(self.tokenizer, text))
 
     def _answer_done(self, st: QuestionState) -> bool:
         """``round_budget: per_round``: the authors' loop starts no new round once the answer is longer than the
@@ -152,7 +159,8 @@ class DynamicRAGEngine:
             again = [st for st in states if dragin_eval.needs_regeneration(st.output or "")]
             for st in again:
                 # from the answer as generated (its leading space too), not the stripped output
-                st.prior, st.docs, st.regenerating = dragin_eval.regeneration_prefix(st.prior), [], True
+                st.prior_base = st.prior = dragin_eval.regeneration_prefix(st.prior)
+                st.kept_ids, st.docs, st.regenerating = [], [], True
                 st.after_retrieval = False
             self._drive(again, None)
         bar.close()
@@ -219,7 +227,7 @@ class DynamicRAGEngine:
                 self._keep_signals(st, view, event.keep, event, query)
                 self._close_round(st, seq, keep=event.keep)
                 st.after_retrieval = True
-                to_retrieve.append((st, query, event, len(self.tokenizer.encode(st.prior, add_special_tokens=False))))
+                to_retrieve.append((st, query, event, self._tokens(st.prior)))
                 leaving.append(seq)
             elif final:
                 self._finish(st, seq, view)
@@ -264,7 +272,7 @@ class DynamicRAGEngine:
             n_fed = len(seq.gen_ids)
         nxt = "" if seq.done else self.text.piece(seq.gen_ids[-1]) if len(seq.gen_ids) > n_fed else ""
         if n_fed > len(view.pieces):  # the round's text grows by the tokens fed since the last step
-            view.extend(self.text.pieces(seq.gen_ids[len(view.pieces):n_fed]))
+            view.extend(st.stream.push(seq.gen_ids[len(view.pieces):n_fed]))
         stop = self.prompts.stop_index(view.text)
         if stop is not None:  # the model began a new few-shot "Question:": the answer ended before it
             n_fed, nxt = _tokens_before(view.pieces, stop), ""
@@ -309,7 +317,8 @@ class DynamicRAGEngine:
         })
 
     def _close_round(self, st: QuestionState, seq: Sequence, keep: int) -> None:
-        st.prior += self.tokenizer.decode(seq.gen_ids[:keep], skip_special_tokens=True)
+        st.kept_ids.extend(seq.gen_ids[:keep])
+        st.prior = st.prior_base + self.text.decode(st.kept_ids)
         st.forward_passes += seq.forward_passes
         st.generated_tokens += len(seq.gen_ids)
         seq.done = True

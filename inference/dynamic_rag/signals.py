@@ -69,15 +69,16 @@ def is_content_word(word: str) -> bool:
 
 
 def group_words(pieces: list[str]) -> list[list[int]]:
-    """Token indices grouped into words as DRAGIN's reference code forms them: a word starts at a piece that begins
-    with white space (the tokenizer's word marker, decoded: "Ġ" or "▁") and after a piece that ends in white space
-    (a newline, as the reference starts a word at the newline token); every other piece, punctuation and apostrophes
-    included, joins the word before it ("Paris.", "Derrickson's", "didn't", "U.S." are one word each). A newline,
-    and an empty piece (a special token), are units of their own, which is_content_word and the triggers refuse."""
+    """Token indices grouped into words as DRAGIN's reference code forms them (``src/generate.py``): a word starts at
+    the first token and at a piece that begins with white space (the tokenizer's word marker, decoded: "Ġ" or "▁";
+    a newline token, which the reference names by its Llama-2 id 13); every other piece joins the word before it.
+    So "Paris.", "Derrickson's" and "U.S." are one word each; a lone space piece (Llama-2 and SmolLM2 write " 1970"
+    as " ", "1", "9", "7", "0") starts the number's word; a newline and the word right after it ("\nThe") are one
+    word. An empty piece (a special token, or a byte token whose character a later token completes) joins the word
+    before it, as the reference's byte and "</s>" tokens do."""
     words: list[list[int]] = []
     for i, piece in enumerate(pieces):
-        prev = pieces[i - 1] if i else ""
-        if not words or not piece or piece[0].isspace() or not prev or prev[-1].isspace():
+        if not words or piece[:1].isspace():
             words.append([i])
         else:
             words[-1].append(i)

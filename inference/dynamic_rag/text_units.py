@@ -1,7 +1,8 @@
 """Token pieces, words and sentences of generated text, for any tokenizer.
 
 Word boundaries come from the tokenizer itself: byte-level BPE (GPT-2, SmolLM2, Llama-3) marks a leading space
-with "Ġ", SentencePiece (Llama-2) with "▁"; the marker is derived by tokenizing " word", never assumed.
+with "Ġ", SentencePiece (Llama-2) with "▁"; pieces are decoded as continuations, so a word-initial piece begins
+with a space on both (the marker itself is derived by tokenizing " word", never assumed).
 Sentences come from spaCy's rule-based sentencizer (no model download), except that a full stop after an initial
 or a common title ("Robert Z. Leonard", "Dr. Who", "Washington, D.C. is") does not end one: the sentencizer splits
 there, which cut FS-RAG and DRAGIN sentence windows in the middle of names.
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+
+from adaptive_rag.lm.tokenization import continuation_ids, decode_continuation
 
 SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s*$")
 # A text ending like this has not ended a sentence: an initial ("Z.", "D.C.") or a title before a name.
@@ -45,33 +48,56 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
 
 
 class TokenText:
-    """Maps token ids to the text pieces they contribute, so that ``"".join(pieces(ids)) ≈ decode(ids)``."""
+    """Maps token ids to the text pieces they contribute, so that ``"".join(pieces(ids)) == decode(ids)`` with the
+    leading space a SentencePiece decoder strips kept (:func:`adaptive_rag.lm.tokenization.decode_continuation`).
+
+    A character split over several byte tokens (SentencePiece byte fallback, a byte-level BPE split inside a
+    multi-byte character) belongs to the token that completes it; the ones before it contribute "" (a
+    :class:`PieceStream` carries them across steps)."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
-        probe = tokenizer.convert_ids_to_tokens(tokenizer.encode(" word", add_special_tokens=False))
+        probe = tokenizer.convert_ids_to_tokens(continuation_ids(tokenizer, " word"))
         self.marker = probe[0][0] if probe and probe[0][0] not in "w" else ""
-        # SentencePiece decoders drop the leading space of a lone "▁word": put it back ourselves.
-        self.decode_drops_space = not tokenizer.decode(tokenizer.encode(" word", add_special_tokens=False)[-1:]
-                                                       ).startswith(" ")
         self.special_ids = set(getattr(tokenizer, "all_special_ids", []) or [])
         self._cache: dict[int, str] = {}
 
     def piece(self, token_id: int) -> str:
+        """One token's text in the middle of a text ("▁The" -> " The"); "" for a special token."""
         if token_id not in self._cache:
-            if token_id in self.special_ids:
-                text = ""
-            else:
-                text = self.tokenizer.decode([token_id])
-                if self.decode_drops_space and self.marker:
-                    raw = self.tokenizer.convert_ids_to_tokens(token_id)
-                    if raw.startswith(self.marker) and not text.startswith(" "):
-                        text = " " + text
-            self._cache[token_id] = text
+            self._cache[token_id] = "" if token_id in self.special_ids else self.decode([token_id])
         return self._cache[token_id]
 
+    def decode(self, ids: list[int]) -> str:
+        """``ids`` as text in the middle of a text: one decode, special tokens left out."""
+        return decode_continuation(self.tokenizer, list(ids))
+
+    def stream(self) -> PieceStream:
+        return PieceStream(self)
+
     def pieces(self, ids: list[int]) -> list[str]:
-        return [self.piece(i) for i in ids]
+        return self.stream().push(ids)
+
+
+class PieceStream:
+    """Pieces of a growing token sequence, fed a few ids at a time (the engine's rounds, step by step)."""
+
+    MAX_HELD = 3  # a UTF-8 character has at most four bytes
+
+    def __init__(self, text: TokenText):
+        self.text, self.held = text, []
+
+    def push(self, ids: list[int]) -> list[str]:
+        out = []
+        for token in ids:
+            piece = self.text.piece(token) if not self.held else self.text.decode([*self.held, token])
+            if piece.endswith("\ufffd") and len(self.held) < self.MAX_HELD:
+                self.held.append(token)  # an incomplete character: the token that completes it carries it
+                out.append("")
+            else:
+                self.held = []
+                out.append(piece)
+        return out
 
 
 def ends_sentence(text_before: str, next_piece: str) -> bool:
