@@ -24,7 +24,7 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria,
 
 from adaptive_rag.lm.decoder import stop_token_ids
 from adaptive_rag.lm.profiling import Profile
-from adaptive_rag.lm.tokenization import prompt_ids
+from adaptive_rag.lm.tokenization import continuation_ids, prompt_ids
 from adaptive_rag.plumbing.records import QAExample
 from adaptive_rag.plumbing.retriever import Retriever
 from inference.dynamic_rag.engine import ANSWER_MARKER, qfs_eligible
@@ -135,7 +135,7 @@ class DraginReplay:
                 prompt = self.prompts.build(example.question, docs, prior)
                 ids, offsets = prompt_ids(self.tokenizer, prompt.text, offsets=True)
                 eligible = qfs_eligible(offsets, prompt.question_span, prompt.prior_start)
-                budget = max(1, self.max_new_tokens - len(self.tokenizer.encode(prior, add_special_tokens=False)))
+                budget = max(1, self.max_new_tokens - len(continuation_ids(self.tokenizer, prior)))
             gen, probs, entropies = self._generate(ids, budget)
             round_prior = prior
             with self._timed("signals"):  # the per-token decisions (and the attention pass they need)
