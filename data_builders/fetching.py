@@ -131,6 +131,9 @@ def _copy(path: Path, target: Path, remote: RemoteFile, *, show_progress: bool) 
     with source.open("rb") as src:
         head = src.read(HEAD)
         what = wrong_start(head, remote)
+        size = source.stat().st_size
+        if what is None and remote.size is not None and size != remote.size:  # refused before a long copy
+            what = f"{size:,} bytes where the release has {remote.size:,} (its first bytes kept)"
         if what:
             raise _refuse(target, place, f"{source} is {what}", head)
         part = target.with_name(target.name + ".part")

@@ -19,7 +19,7 @@ except ImportError as err:  # faiss is an extra: one build of it, cpu or gpu (bo
 import numpy as np
 import torch
 
-from adaptive_rag.plumbing.errors import DataError
+from adaptive_rag.plumbing.errors import ConfigError, DataError
 from adaptive_rag.plumbing.records import Passage
 from adaptive_rag.plumbing.retriever import Hit
 from retrieval_adapt.corpus_store import damaged, index_writer, load_meta, load_passages, save_store
@@ -134,10 +134,15 @@ class DenseRetriever:
         meta = load_meta(index_dir)
         if meta.get("kind") != cls.kind:
             raise DataError(f"holds a '{meta.get('kind')}' index, not a dense one", source=str(index_dir))
+        if query_encoder:  # before the passages, the index and the encoder's weights are loaded
+            check_query_encoder(index_dir, query_encoder, meta)
         passages = load_passages(index_dir, meta)
         # IVF indexes are memory-mapped: their inverted lists (the bulk) stay on disk, read as searches probe them
         flags = faiss.IO_FLAG_MMAP if meta.get("faiss") in ("ivf", "ivfpq") else 0
-        index = to_gpu_if_available(_read_faiss(Path(index_dir), len(passages), flags), use_gpu)
+        index = _read_faiss(Path(index_dir), len(passages), flags)
+        if query_encoder and (dim := encoder_dim(query_encoder)) is not None and dim != index.d:
+            raise ConfigError(_dim_message(index_dir, query_encoder, dim, index.d, meta))
+        index = to_gpu_if_available(index, use_gpu)
         embeddings = _read_embeddings(Path(index_dir), len(passages))
         encoder = MeanPoolingEncoder.from_name(query_encoder or meta["encoder"], normalize=meta["normalize"],
                                                max_length=meta["max_length"], device=device)
@@ -151,6 +156,61 @@ class DenseRetriever:
         if self.embeddings is None:
             raise ValueError("this index was saved without embeddings.npy; rebuild it")
         return torch.from_numpy(np.asarray(self.embeddings[ids], dtype=np.float32))
+
+
+def index_dim(index_dir: str | Path) -> int | None:
+    """The dimension of an index's passage vectors, read from file headers only (``embeddings.npy``'s shape, else
+    the faiss file's: its index type code, then the dimension); None when neither can tell."""
+    folder = Path(index_dir)
+    try:
+        emb = np.load(folder / "embeddings.npy", mmap_mode="r")
+        if emb.ndim == 2:
+            return int(emb.shape[1])
+    except (OSError, ValueError, EOFError):
+        pass
+    try:
+        with (folder / "index.faiss").open("rb") as f:
+            head = f.read(8)
+    except OSError:
+        return None
+    if len(head) == 8 and head[:1] == b"I":  # IxFI (flat), IHNf (HNSW), IwFl / IwPQ (IVF), ...: d follows
+        d = int.from_bytes(head[4:8], "little", signed=True)
+        return d if 0 < d <= 1 << 16 else None
+    return None
+
+
+def encoder_dim(name: str) -> int | None:
+    """The size of the vectors an encoder makes (its hidden size), from its config alone, without its weights;
+    None when the config cannot be read here (the load that follows reports that)."""
+    from adaptive_rag.lm.models import resolve_model
+
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(resolve_model(name))
+    except Exception:  # noqa: BLE001 (a missing or odd model is reported by the load itself, in one line)
+        return None
+    for key in ("hidden_size", "dim", "d_model"):
+        value = getattr(config, key, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def _dim_message(index_dir, query_encoder: str, dim: int, index_d: int, meta: dict) -> str:
+    built = meta.get("encoder", "?")
+    return (f"query encoder {query_encoder} makes {dim}-dimensional vectors, but the index {index_dir} holds "
+            f"{index_d}-dimensional ones (built with {built}): give a query encoder trained from {built}, or an "
+            f"index built with {query_encoder}")
+
+
+def check_query_encoder(index_dir: str | Path, query_encoder: str, meta: dict | None = None) -> None:
+    """A query encoder whose vectors do not match the index's passage vectors in size, refused in one line from
+    the files' headers and the encoder's config (nothing heavy is loaded). Commands call it while checking their
+    inputs, before they create an output folder."""
+    index_d, dim = index_dim(index_dir), encoder_dim(query_encoder)
+    if index_d is not None and dim is not None and index_d != dim:
+        raise ConfigError(_dim_message(index_dir, query_encoder, dim, index_d, meta or load_meta(index_dir)))
 
 
 def _read_faiss(folder: Path, n_passages: int, flags: int = 0) -> faiss.Index:

@@ -66,6 +66,7 @@ def parse_config(types: tuple[type, ...], argv: list[str] | None = None, *, prog
         if unknown:
             raise ConfigError(f"{path}: unknown field(s) {', '.join(unknown)}; "
                               f"known fields: {', '.join(sorted(known))}")
+        check_yaml_values(types, data, path)
         # YAML values become the defaults; flags on the command line still win.
         parser.set_defaults(**data)
     refuse_renamed(types, [a[2:].split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--")], flag="--")
@@ -73,6 +74,75 @@ def parse_config(types: tuple[type, ...], argv: list[str] | None = None, *, prog
         return tuple(parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=False))
     except ValueError as err:  # raised by a dataclass __post_init__
         raise ConfigError(str(err)) from err
+
+
+def check_yaml_values(types: tuple[type, ...], data: dict[str, Any], path: str | Path) -> None:
+    """Refuse a YAML value of the wrong shape for its field (a list where a number goes, a mapping where a name
+    goes, a value outside a field's choices), in one line naming the file and the field. argparse converts and
+    checks only what it parses itself (flags, and YAML strings): any other YAML value would reach the program as
+    it is and fail there, after the model has loaded and the output folder has been made."""
+    hints: dict[str, Any] = {}
+    for cls in types:
+        try:
+            hints.update({f.name: h for f in dataclasses.fields(cls) if (h := typing.get_type_hints(cls).get(f.name))})
+        except (NameError, TypeError):  # an annotation that does not resolve here: left to the program
+            continue
+    for key, value in data.items():
+        if key in hints and (expected := _misfit(value, hints[key])) is not None:
+            raise ConfigError(f"{path}: field '{key}' expects {expected}, got {_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    kind = {list: "a list", dict: "a mapping", bool: "a boolean", int: "an integer", float: "a number",
+            str: "a string"}.get(type(value), type(value).__name__)
+    text = repr(value)
+    return f"{kind} ({text[:60]}{'…' if len(text) > 60 else ''})"
+
+
+def _misfit(value: Any, hint: Any) -> str | None:
+    """What ``hint`` expects when ``value`` cannot be it; None when it can (or when argparse will check it: a
+    string for a number or a boolean is converted by argparse, with its own one-line error)."""
+    import types as pytypes
+
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any or hint is typing.Any:
+        return None
+    if origin in (typing.Union, pytypes.UnionType):
+        if value is None and type(None) in args:
+            return None
+        wanted = [a for a in args if a is not type(None)]
+        misfits = [_misfit(value, a) for a in wanted]
+        if any(m is None for m in misfits):
+            return None
+        return " or ".join(dict.fromkeys(m for m in misfits if m)) + (" (or null)" if type(None) in args else "")
+    if origin is typing.Literal:
+        return None if value in args else "one of " + ", ".join(str(a) for a in args)
+    if value is None:
+        return None if hint is type(None) else _describe(hint)
+    if hint is bool:
+        return None if isinstance(value, (bool, str)) else "true or false"
+    if hint is int:
+        return None if (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, str) \
+            else "a whole number"
+    if hint is float:
+        return None if (isinstance(value, (int, float)) and not isinstance(value, bool)) or isinstance(value, str) \
+            else "a number"
+    if hint is str:
+        return None if not isinstance(value, (list, dict)) else "a single value"
+    if origin in (list, tuple, set, frozenset) or hint in (list, tuple):
+        if not isinstance(value, list):
+            return "a list"
+        inner = args[0] if args and args[0] is not Ellipsis else Any
+        bad = next((m for item in value if (m := _misfit(item, inner)) is not None), None)
+        return None if bad is None else f"a list of {bad.removeprefix('a ').removeprefix('an ')}s"
+    if origin is dict or hint is dict:
+        return None if isinstance(value, dict) else "a mapping of key: value"
+    return None  # paths, enums and the like: the program checks them
+
+
+def _describe(hint: Any) -> str:
+    return {int: "a whole number", float: "a number", bool: "true or false", str: "a single value"}.get(
+        hint, getattr(hint, "__name__", str(hint)))
 
 
 def refuse_renamed(types: tuple[type, ...], names, *, where: str = "", flag: str = "") -> None:

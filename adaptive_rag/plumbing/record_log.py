@@ -5,7 +5,9 @@
   character, which a text read would refuse forever) and keeps the first record of each key (a batch redone after
   a crash between write and exit is not counted twice). A bad line anywhere else is a :class:`DataError` naming
   the file and the line. ``key=None`` keeps every record (a time series such as a training run's metrics), and
-  :meth:`RecordLog.keep` drops the records a resumed run will write again.
+  :meth:`RecordLog.keep` drops the records a resumed run will write again. A reader of another run's log
+  (``read(repair=False)``: a report, a comparison) writes nothing: it leaves the torn last line out and counts it in
+  :attr:`RecordLog.torn_bytes`, so the command can say so (the run may still be writing it).
 * :func:`check_same_settings`: a folder made with other settings is refused instead of silently mixed into.
 * :class:`FolderLock`: one writer per output folder. The lock file holds the owner's PID; a lock left by a dead
   process is taken over with a warning.
@@ -36,6 +38,7 @@ class RecordLog:
     def __init__(self, path: str | Path, *, key: str | None = "id", check: Callable[[dict, str], None] | None = None):
         self.path, self.key, self.check = Path(path), key, check
         self._repaired = False  # append() cuts a torn tail once, so a new record never lands glued to it
+        self.torn_bytes = 0  # the torn last line the latest read(repair=False) left out (0: none)
 
     def repair(self) -> None:
         """Cut everything after the last newline: the unfinished write of an interrupted run."""
@@ -49,15 +52,20 @@ class RecordLog:
                 f.truncate(good_end)
         self._repaired = True
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self, *, repair: bool = True) -> list[dict[str, Any]]:
         """The records in file order, first of each key (every one without a key); the torn tail is repaired
-        first."""
-        self.repair()
+        first, or with ``repair=False`` left out without touching the file (its size in :attr:`torn_bytes`)."""
+        self.torn_bytes = 0
+        if repair:
+            self.repair()
         if not self.path.is_file():
             return []
         records, seen = [], set()
         with self.path.open("rb") as f:
-            for n, raw in enumerate(f, start=1):
+            size = f.seek(0, os.SEEK_END)
+            end = _end_of_last_line(f, size)
+            self.torn_bytes = size - end
+            for n, raw in enumerate(_lines_up_to(f, end), start=1):
                 if not raw.strip():
                     continue
                 where = f"{self.path}, line {n}"
@@ -120,6 +128,13 @@ def _json_line(rec: dict[str, Any]) -> bytes:
         return (text + "\n").encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate (text decoded with errors="surrogateescape"): escape it
         return (json.dumps(rec) + "\n").encode("ascii")
+
+
+def _lines_up_to(f, end: int):
+    """The lines (split on "\\n" only, as they were written) of a binary file up to offset ``end``."""
+    f.seek(0)
+    while f.tell() < end:
+        yield f.readline()
 
 
 def _end_of_last_line(f, size: int, block: int = 1 << 16) -> int:

@@ -5,8 +5,9 @@
 
 The first folder is the base; every other is compared with it on the questions both answered (by id): retrievals
 per question, the share of questions whose trigger positions are the same (every retrieval's position, in order),
-whose first query (and every query) is the same, whose output is the same, and the mean F1 and EM of each, scored
-as the base's ``metrics.json`` says (``answer_extraction``).
+whose first query (and every query) is the same, whose output is the same, and the mean F1 and EM of each, each run
+scored as its own ``config.yaml`` says (answer normalisation and extraction), finished or not. A torn last line (a
+run killed mid-write, or one still writing) is left out and said on stderr.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from adaptive_rag.plumbing.config import parse_config
 from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.records import PredictionRecord
 from adaptive_rag.plumbing.scoring import score_record
-from inference.commands.report import read_predictions
+from inference.commands.eval_folder import read_run, run_scoring
 
 
 @dataclass
@@ -36,15 +37,15 @@ def _mean(values: list[float]) -> float:
     return round(sum(values) / len(values), 4) if values else 0.0
 
 
-def _extraction(folder: Path) -> str:
-    metrics = folder / "metrics.json"
-    if metrics.is_file():
-        return json.loads(metrics.read_text(encoding="utf-8")).get("answer_extraction", "project")
-    return "project"
+def mode_text(mode: dict[str, Any]) -> str:
+    kind = f", {mode['dataset_kind']} rule" if mode.get("dataset_kind") else ""
+    return f"answer_extraction {mode['extraction']}{kind}, normalisation {mode['normalisation']}"
 
 
-def compare(base: list[PredictionRecord], other: list[PredictionRecord], extraction: str) -> dict[str, Any]:
-    """One row: the other run against the base, on the questions both hold."""
+def compare(base: list[PredictionRecord], other: list[PredictionRecord], base_mode: dict[str, Any],
+            other_mode: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One row: the other run against the base, on the questions both hold; each scored with its own mode
+    (:func:`inference.commands.eval_folder.run_scoring`; ``other_mode`` defaults to the base's)."""
     mine = {r.id: r for r in other}
     pairs = [(b, mine[b.id]) for b in base if b.id in mine]
     if not pairs:
@@ -56,7 +57,8 @@ def compare(base: list[PredictionRecord], other: list[PredictionRecord], extract
     def queries(r: PredictionRecord) -> list[str]:
         return [x.query for x in r.retrievals]
 
-    scores = [(score_record(b, extraction=extraction), score_record(o, extraction=extraction)) for b, o in pairs]
+    other_mode = other_mode or base_mode
+    scores = [(score_record(b, **base_mode), score_record(o, **other_mode)) for b, o in pairs]
     both_retrieved = [(b, o) for b, o in pairs if b.retrievals and o.retrievals]
     return {
         "questions": len(pairs),
@@ -91,10 +93,14 @@ def main(argv: list[str] | None = None) -> None:
     for path in paths:
         if not path.is_dir() or not any(path.glob("predictions*.jsonl")):
             raise ConfigError(f"{path}: not an evaluation folder (no predictions.jsonl)")
-    base = read_predictions(paths[0])
-    extraction = _extraction(paths[0])
-    rows = [{"run": str(p), **compare(base, read_predictions(p), extraction)} for p in paths[1:]]
-    print(f"base: {paths[0]} (answers scored with answer_extraction {extraction})")
+    runs = [read_run(p) for p in paths]  # every config.yaml is read before any scoring
+    modes = [run_scoring(r.config) for r in runs]
+    rows = [{"run": str(r.folder), "scoring": mode_text(mode), **compare(runs[0].records, r.records, modes[0], mode)}
+            for r, mode in zip(runs[1:], modes[1:])]
+    print(f"base: {paths[0]} (answers scored with {mode_text(modes[0])})")
+    for row in rows:
+        if row["scoring"] != mode_text(modes[0]):
+            print(f"{row['run']}: answers scored with {row['scoring']}, as its config.yaml says")
     print("| run | " + " | ".join(COLUMNS) + " |")
     print("|---" * (len(COLUMNS) + 1) + "|")
     for row in rows:

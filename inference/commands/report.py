@@ -13,6 +13,10 @@ figure that has data (``frontier.png``: quality against retrievals per question;
 Iter-RetGen per iteration; ``gate_thresholds.png``: the gate against its thresholds; ``distillation.png``: loss
 and recall over steps) and ``report.html`` (the table and figures in one file; links to trace views found in the
 run folders).
+
+Run folders are read without being touched (a run may still be writing): a torn last line is left out and said on
+stderr with its size, a run without ``metrics.json`` is scored from its records as its ``config.yaml`` says and
+marked (unfinished), with a note (``inference.commands.eval_folder.read_run``).
 """
 
 from __future__ import annotations
@@ -29,17 +33,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from adaptive_rag.plumbing.bootstrap import metric_intervals
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config
-from adaptive_rag.plumbing.dragin_eval import dataset_kind
 from adaptive_rag.plumbing.errors import ConfigError, DataError
+from adaptive_rag.plumbing.record_log import RecordLog
 from adaptive_rag.plumbing.records import PredictionRecord
 from adaptive_rag.plumbing.scoring import score_record, summarise
 from inference.adapt_gate.gate import GateConfig, redecide, summarize
-from inference.adapt_gate.gate_eval import GATE_METHODS
+from inference.commands import eval_folder
+from inference.commands.eval_folder import torn_note
 
 logger = logging.getLogger(__name__)
 
@@ -90,9 +93,8 @@ class EvalRun:
     def scores(self) -> dict[str, dict[str, float]]:
         """Each question's EM, F1 and accuracy, its answer scored as the run scored it (:func:`scoring_mode`)."""
         if self._scores is None:
-            norm = self.config.get("answer_normalisation", "official")
-            mode = scoring_mode(self.config)
-            self._scores = {r.id: score_record(r, norm, **mode) for r in self.records()}
+            mode = eval_folder.run_scoring(self.config)
+            self._scores = {r.id: score_record(r, **mode) for r in self.records()}
         return self._scores
 
 
@@ -126,20 +128,21 @@ class Runs:
 
 
 def read_jsonl(paths: list[Path]) -> list[dict[str, Any]]:
-    """Records of JSONL files; a torn line (an interrupted run) is skipped."""
+    """Records of JSONL files, read without touching them; a torn last line (a run killed mid-write, or still
+    writing) is left out and said on stderr; a bad line elsewhere is a DataError naming it."""
     rows = []
     for path in paths:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+        log = RecordLog(path, key=None)
+        rows += log.read(repair=False)
+        if log.torn_bytes:
+            print(f"note: {torn_note(path.parent, {path.name: log.torn_bytes}, len(rows))}", file=sys.stderr)
     return rows
 
 
 def read_predictions(folder: Path) -> list[PredictionRecord]:
-    """The prediction records of an evaluation folder (every process's file); a torn line is skipped."""
-    return [PredictionRecord.from_dict(r) for r in read_jsonl(sorted(folder.glob("predictions*.jsonl")))]
+    """The prediction records of an evaluation folder (every process's file, first record of each id); a torn
+    last line is left out and said on stderr (:func:`inference.commands.eval_folder.read_predictions`)."""
+    return eval_folder.read_predictions(folder)[0]
 
 
 def _read_json(path: Path) -> Any:
@@ -150,26 +153,20 @@ def _read_json(path: Path) -> Any:
 
 
 def scoring_mode(config: dict[str, Any]) -> dict[str, Any]:
-    """The answer extraction a run's config.yaml recorded (an engine method under the reference profile: DRAGIN's
-    eval.py; older folders: the project's)."""
-    if config.get("answer_extraction") != "dragin" or config.get("method") in ("iter-retgen", *GATE_METHODS):
-        return {"extraction": "project"}
-    return {"extraction": "dragin", "dataset_kind": dataset_kind(str(config.get("dataset", "")))}
+    """The answer extraction a run's config.yaml recorded (:func:`inference.commands.eval_folder.run_scoring`
+    without the normalisation)."""
+    mode = eval_folder.run_scoring(config)
+    mode.pop("normalisation")
+    return mode
 
 
 def load_eval_run(folder: Path, name: str) -> EvalRun:
-    try:
-        config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise DataError(f"{folder / 'config.yaml'}: not valid YAML ({type(err).__name__})") from None
-    if not isinstance(config, dict):
-        raise DataError(f"{folder / 'config.yaml'}: expected a mapping of setting: value")
-    records = read_predictions(folder)
-    if (folder / "metrics.json").is_file():
+    read = eval_folder.read_run(folder)
+    config, records = read.config, read.records
+    if read.finished:
         metrics = _read_json(folder / "metrics.json")
-    else:  # an interrupted run: score what it has
-        metrics = summarise(records, normalisation=config.get("answer_normalisation", "official"),
-                            **scoring_mode(config))
+    else:  # an interrupted run: score what it has, as its config.yaml says
+        metrics = summarise(records, **eval_folder.run_scoring(config))
         name += " (unfinished)"
     run = EvalRun(name, folder, config, metrics, _records=records)
     run.intervals = record_intervals(run)

@@ -1,0 +1,189 @@
+"""User mistakes end in one line naming the culprit, before anything heavy runs and with nothing left behind; the
+commands that read a run folder say what they left out and score each run as its config.yaml says."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.config import check_yaml_values, parse_config
+from adaptive_rag.plumbing.errors import ConfigError
+from adaptive_rag.plumbing.record_log import RecordLog
+from adaptive_rag.plumbing.records import PredictionRecord
+from inference.commands import compare_runs, report
+from inference.commands.eval_folder import read_predictions, run_scoring
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --- a YAML value of the wrong shape --------------------------------------------------------------------------
+
+def test_a_list_where_a_number_goes_ends_in_one_line_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    from inference.commands import evaluate
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("nothing may run: no model load, no output folder")
+
+    monkeypatch.setattr(evaluate, "evaluate", no_run)
+    out = tmp_path / "runs" / "eval"
+    recipe = tmp_path / "eval.yaml"
+    recipe.write_text(f"model: smollm2-135m\ndataset: world-two-hop\nmethod: dragin\ntop_k: [3, 5]\n"
+                      f"output_dir: {out}\n")
+    assert run_cli(evaluate.main, argv=[str(recipe)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{recipe}: field 'top_k' expects a whole number" in err and "[3, 5]" in err
+    assert not (tmp_path / "runs").exists()  # no config.yaml, no folder left behind
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("theta: [0.8]", "field 'theta' expects a number"),
+    ("method: {name: dragin}", "field 'method' expects one of"),
+    ("dataset: [a, b]", "field 'dataset' expects a single value"),
+    ("limit: 2.5", "field 'limit' expects a whole number"),
+])
+def test_other_values_of_the_wrong_shape(tmp_path, value, expected):
+    from inference.commands.evaluate import CONFIG_TYPES
+
+    recipe = tmp_path / "eval.yaml"
+    recipe.write_text(f"{value}\n")
+    with pytest.raises(ConfigError, match=expected):
+        parse_config(CONFIG_TYPES, [str(recipe)])
+
+
+def test_strings_are_still_converted_by_argparse_and_flags_still_win(tmp_path):
+    from inference.commands.evaluate import CONFIG_TYPES
+
+    recipe = tmp_path / "eval.yaml"
+    recipe.write_text("theta: '1.5'\ntop_k: 4\n")
+    cfg, method, *_ = parse_config(CONFIG_TYPES, [str(recipe), "--top_k", "2"])
+    assert method.theta == 1.5 and method.top_k == 2
+
+
+def _programs():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_readme import program_types
+
+    return [program_types(p) for p in ("inference.commands.evaluate", "training/adapt_llm.py", "training.distill_set",
+                                       "training/distill_retriever.py", "training.evaluate_adapted")]
+
+
+def test_every_shipped_recipe_passes_the_value_check():
+    listed = subprocess.run(["git", "ls-files", "*.yaml"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    recipes = [p for p in listed if p.startswith(("bench/", "retrieval_adapt/configs/", "inference/configs/",
+                                                   "training/configs/"))]
+    assert recipes
+    programs = _programs()
+    for path in recipes:
+        data = yaml.safe_load((ROOT / path).read_text(encoding="utf-8")) or {}
+        data.pop("sweep", None)
+        types = next(t for t in programs if set(data) <= {f.name for c in t for f in dataclasses.fields(c)})
+        check_yaml_values(types, data, path)
+
+
+# --- a query encoder of another size than the index -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def dense_index(tiny_encoder, tmp_path_factory):
+    from adaptive_rag.plumbing.records import Passage
+    from retrieval_adapt.dense import DenseRetriever
+    from retrieval_adapt.encoders import MeanPoolingEncoder
+
+    passages = [Passage("a", "Lima", "Lima is the capital of Peru."), Passage("b", "Osk", "Osk founded Kelmora.")]
+    folder = tmp_path_factory.mktemp("index") / "dense"
+    DenseRetriever.build(passages, MeanPoolingEncoder.from_name(str(tiny_encoder)), show_progress=False).save(folder)
+    return folder
+
+
+def test_a_query_encoder_of_another_dimension_is_refused_in_one_line(dense_index, tiny_encoder, tmp_path,
+                                                                       monkeypatch):
+    import shutil
+
+    from retrieval_adapt import dense
+    from retrieval_adapt.loading import load_retriever
+
+    wide = tmp_path / "wide"
+    shutil.copytree(tiny_encoder, wide)
+    config = json.loads((wide / "config.json").read_text())
+    (wide / "config.json").write_text(json.dumps({**config, "hidden_size": 24}))
+    assert dense.index_dim(dense_index) == 16 and dense.encoder_dim(str(wide)) == 24
+    (dense_index / "embeddings.npy").rename(tmp_path / "kept.npy")  # the faiss header alone tells the size too
+    try:
+        assert dense.index_dim(dense_index) == 16
+    finally:
+        (tmp_path / "kept.npy").rename(dense_index / "embeddings.npy")
+    expected = r"query encoder .*wide makes 24-dimensional vectors, but the index .* holds 16-dimensional ones"
+    with pytest.raises(ConfigError, match=expected):
+        dense.check_query_encoder(dense_index, str(wide))
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("the encoder's weights must not load")
+
+    monkeypatch.setattr(dense.MeanPoolingEncoder, "from_name", no_weights)
+    with pytest.raises(ConfigError, match=expected):
+        load_retriever(dense_index, query_encoder=str(wide))
+    dense.check_query_encoder(dense_index, str(tiny_encoder))  # the same size: nothing to say
+
+
+# --- torn last lines, and each run scored as its config.yaml says ---------------------------------------------
+
+def _rec(qid: str, output: str) -> dict:
+    return PredictionRecord(id=qid, question="q", answers=["Osk"], output=output, retrievals=[],
+                            llm_forward_passes=1, generated_tokens=1, batch_mean_seconds=0.1).to_dict()
+
+
+def _run(folder: Path, records: list[dict], config: dict, *, torn: bool = False, metrics: bool = True) -> Path:
+    folder.mkdir(parents=True)
+    body = "".join(json.dumps(r) + "\n" for r in records)
+    if torn:
+        body += json.dumps(_rec("q-torn", "So the answer is Osk."))[:25]  # killed mid-write
+    (folder / "predictions.jsonl").write_text(body)
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    if metrics:
+        (folder / "metrics.json").write_text(json.dumps({"n": len(records), "em": 1.0, "f1": 1.0}))
+    return folder
+
+
+def test_a_torn_last_line_is_reported_and_the_file_left_as_it_is(tmp_path, capsys):
+    run = _run(tmp_path / "runs" / "a", [_rec("q1", "So the answer is Osk.")], {"method": "dragin"}, torn=True)
+    before = (run / "predictions.jsonl").read_bytes()
+    records, torn = read_predictions(run)
+    assert [r.id for r in records] == ["q1"] and torn == {"predictions.jsonl": 25}
+    assert "1 torn last line left out (predictions.jsonl (25 bytes))" in capsys.readouterr().err
+    assert run_cli(report.main, argv=[str(tmp_path / "runs"), "--out", str(tmp_path / "report")]) == 0
+    assert "1 torn last line left out" in capsys.readouterr().err
+    assert (run / "predictions.jsonl").read_bytes() == before  # a reader never cuts another run's file
+    log = RecordLog(run / "predictions.jsonl")
+    assert [r["id"] for r in log.read(repair=False)] == ["q1"] and log.torn_bytes == 25
+
+
+def test_compare_runs_scores_each_run_as_its_config_says_and_reports_torn_lines(tmp_path, capsys):
+    """The other run has no metrics.json (unfinished) and a torn last line; its config.yaml says DRAGIN's answer
+    extraction, under which 'Answer: Osk' is no answer (the project's extraction would find Osk)."""
+    base = _run(tmp_path / "base", [_rec("q1", "Answer: Osk"), _rec("q2", "So the answer is Osk.")],
+                {"method": "dragin", "answer_extraction": "project", "dataset": "hotpotqa"})
+    other = _run(tmp_path / "other", [_rec("q1", "Answer: Osk"), _rec("q2", "So the answer is Osk.")],
+                 {"method": "dragin", "answer_extraction": "dragin", "dataset": "hotpotqa"}, torn=True, metrics=False)
+    assert run_scoring(yaml.safe_load((other / "config.yaml").read_text()))["extraction"] == "dragin"
+    assert run_cli(compare_runs.main, argv=[str(base), str(other), "--json", str(tmp_path / "c.json")]) == 0
+    [row] = json.loads((tmp_path / "c.json").read_text())
+    assert row["em_base"] == 1.0 and row["em"] == 0.5 and row["questions"] == 2
+    captured = capsys.readouterr()
+    assert "1 torn last line left out" in captured.err and "no metrics.json (an unfinished run)" in captured.err
+    assert "answer_extraction dragin, hotpotqa rule" in captured.out
+
+
+def test_the_report_says_which_runs_are_unfinished(tmp_path, capsys):
+    _run(tmp_path / "runs" / "done", [_rec("q1", "So the answer is Osk.")], {"method": "dragin"})
+    _run(tmp_path / "runs" / "cut", [_rec("q1", "So the answer is Osk.")], {"method": "dragin"}, metrics=False)
+    runs = report.find_runs([str(tmp_path / "runs")])
+    assert sorted(r.name for r in runs.evals) == ["runs/cut (unfinished)", "runs/done"]
+    err = capsys.readouterr().err
+    assert err.count("no metrics.json") == 1 and "cut: no metrics.json" in err and "claims" in err
