@@ -1,4 +1,10 @@
-"""BM25 over passages with ``bm25s`` (sparse-matrix BM25, Lucene scoring), English stopwords and stemming."""
+"""BM25 over passages with ``bm25s`` (sparse-matrix BM25, Lucene scoring), English stopwords and stemming.
+
+This is the default scoring, ``bm25s``: one field (title and text joined), bm25s's tokenizer and English stopwords,
+Snowball stemming, k1 1.5, b 0.75. The ``elasticsearch`` scoring (DRAGIN's index: two fields, Elasticsearch's
+analyzer and BM25) is :mod:`retrieval_adapt.es_bm25`; :meth:`BM25Retriever.build` and :meth:`BM25Retriever.load`
+return it when asked or when the index records it.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ from adaptive_rag.plumbing.progress import show_inner_progress
 from adaptive_rag.plumbing.records import Passage
 from adaptive_rag.plumbing.retriever import Hit
 from retrieval_adapt.corpus_store import damaged, index_writer, load_meta, load_passages, save_store
+from retrieval_adapt.es_bm25 import ElasticsearchBM25Retriever
 
 # bm25s sets its own logger to DEBUG on import, so "Building index from tokens" reached every log handler.
 logging.getLogger("bm25s").setLevel(logging.WARNING)
@@ -22,6 +29,7 @@ class BM25Retriever:
     """``search(queries, k)`` over a fixed passage list; build with :meth:`build`, persist with :meth:`save`."""
 
     kind = "bm25"
+    scoring = "bm25s"  # what an evaluation records: bm25s here, "elasticsearch" for ElasticsearchBM25Retriever
 
     def __init__(self, index: bm25s.BM25, passages: list[Passage], *, stemmer_language: str | None = "english"):
         self.index = index
@@ -31,7 +39,14 @@ class BM25Retriever:
 
     @classmethod
     def build(cls, passages: list[Passage], *, k1: float = 1.5, b: float = 0.75, method: str = "lucene",
-              stemmer_language: str | None = "english", show_progress: bool = True) -> BM25Retriever:
+              stemmer_language: str | None = "english", show_progress: bool = True,
+              scoring: str = "bm25s") -> BM25Retriever | ElasticsearchBM25Retriever:
+        """``scoring="elasticsearch"``: DRAGIN's Elasticsearch scoring, whose parameters are fixed (k1, b, method
+        and stemmer_language are for bm25s)."""
+        if scoring == ElasticsearchBM25Retriever.scoring:
+            return ElasticsearchBM25Retriever.build(passages, show_progress=show_progress)
+        if scoring != cls.scoring:
+            raise ValueError(f"scoring must be bm25s or elasticsearch, got '{scoring}'")
         if not passages:
             raise ValueError("cannot build a BM25 index over an empty corpus")
         self = cls(bm25s.BM25(k1=k1, b=b, method=method), passages, stemmer_language=stemmer_language)
@@ -75,14 +90,21 @@ class BM25Retriever:
     def write_to(self, folder: Path) -> None:
         """The index files, written into ``folder`` in place (:meth:`save` is the safe way)."""
         self.index.save(folder / "bm25", show_progress=False)
-        save_store(folder, self.passages, {"kind": self.kind, "stemmer_language": self.stemmer_language,
+        save_store(folder, self.passages, {"kind": self.kind, "scoring": self.scoring,
+                                           "stemmer_language": self.stemmer_language,
                                            "num_passages": len(self.passages)})
 
     @classmethod
-    def load(cls, index_dir: str | Path, *, mmap: bool = True) -> BM25Retriever:
+    def load(cls, index_dir: str | Path, *, mmap: bool = True) -> BM25Retriever | ElasticsearchBM25Retriever:
+        """The index's own scoring: meta.json's ``scoring`` (an index built before it existed is bm25s)."""
         meta = load_meta(index_dir)
         if meta.get("kind") != cls.kind:
             raise DataError(f"holds a '{meta.get('kind')}' index, not a BM25 one", source=str(index_dir))
+        scoring = meta.get("scoring", cls.scoring)
+        if scoring == ElasticsearchBM25Retriever.scoring:
+            return ElasticsearchBM25Retriever.load(index_dir, meta, mmap=mmap)
+        if scoring != cls.scoring:
+            raise damaged(index_dir, f"meta.json names an unknown BM25 scoring '{scoring}' (bm25s, elasticsearch)")
         passages = load_passages(index_dir, meta)
         folder = Path(index_dir) / "bm25"
         if not folder.is_dir():

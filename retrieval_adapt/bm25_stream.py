@@ -8,6 +8,10 @@ known, and the columns of bm25s's CSC score matrix are assembled in passes over 
 as one chunk, with bm25s's own idf and term-frequency formulas. The result is bm25s's ``BM25.save`` layout, which
 ``bm25s.BM25.load(..., mmap=True)`` reads.
 
+The ``elasticsearch`` scoring (:mod:`retrieval_adapt.es_bm25`) goes the same way with two fields, title and body,
+each tokenized by Elasticsearch's English analyzer into the one vocabulary, each with its own arrays in the chunk
+(``chunk-00007/title/``) and its own score matrix, computed with that field's statistics (:mod:`es_scoring`).
+
 A chunk folder is written under a temporary name and renamed; ``manifest.json`` (written atomically after it) lists
 the finished chunks. A rerun of the same build reads the manifest, skips the records of finished chunks and goes on;
 chunk boundaries are fixed by record count, so the final index is byte for byte the one an uninterrupted build
@@ -36,6 +40,7 @@ from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.progress import bar_options
 from adaptive_rag.plumbing.record_log import FolderLock
 from adaptive_rag.plumbing.records import Passage
+from retrieval_adapt import es_scoring
 from retrieval_adapt.corpus_store import (
     META,
     StoreWriter,
@@ -44,13 +49,22 @@ from retrieval_adapt.corpus_store import (
     index_writer,
     passage_line,
 )
+from retrieval_adapt.es_analysis import EnglishAnalyzer
 
 logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 BM25_DIR = "bm25"
-# The arrays of one chunk: (term, document) pairs sorted by term, then document; term runs; per-document data.
-CHUNK_ARRAYS = ("rows", "tf", "ucols", "colptr", "doc_len", "id_hash", "line_ends")
+ES_VOCAB = "vocab.json"  # an elasticsearch index's one vocabulary, beside its title/ and body/ matrices
+# The arrays of one field of a chunk: (term, document) pairs sorted by term, then document; term runs; lengths.
+FIELD_ARRAYS = ("rows", "tf", "ucols", "colptr", "doc_len")
+# and of its passages
+DOC_ARRAYS = ("id_hash", "line_ends")
+SCORINGS = ("bm25s", "elasticsearch")
+# The fields each scoring indexes: bm25s one (title and text joined, its arrays at the chunk's top), Elasticsearch
+# (DRAGIN's prep_elastic.py) the title and the body apart.
+FIELDS = {"bm25s": ("",), "elasticsearch": ("title", "body")}
+DEFAULT_K1 = {"bm25s": 1.5, "elasticsearch": es_scoring.K1}
 
 
 @dataclass
@@ -58,14 +72,23 @@ class StreamSettings:
     """Everything that decides the index's bytes: a resumed build must use the same."""
 
     chunk_size: int = 100_000
-    k1: float = 1.5
+    k1: float | None = None  # None: the scoring's own (bm25s 1.5, Elasticsearch's 1.2)
     b: float = 0.75
     method: str = "lucene"
     stemmer_language: str | None = "english"
+    scoring: str = "bm25s"
 
     def __post_init__(self):
         if self.chunk_size <= 0:
             raise ValueError(f"chunk_size must be positive, got {self.chunk_size}")
+        if self.scoring not in SCORINGS:
+            raise ValueError(f"scoring must be {' or '.join(SCORINGS)}, got '{self.scoring}'")
+        if self.k1 is None:
+            self.k1 = DEFAULT_K1[self.scoring]
+        if self.scoring == "elasticsearch":
+            if self.method != "lucene":
+                raise ValueError("the elasticsearch scoring is Lucene's BM25: method must be lucene")
+            self.stemmer_language = "porter"  # part of Elasticsearch's english analyzer, not a choice
         if self.method not in ("lucene", "robertson", "atire"):  # bm25l/bm25+ need a non-occurrence array
             raise ValueError(f"method must be lucene, robertson or atire, got '{self.method}'")
 
@@ -76,27 +99,54 @@ def build_dir(out_dir: str | Path) -> Path:
 
 
 class _State:
-    """What the finished chunks add up to: the vocabulary (token -> id, in order of first use), document
-    frequencies, document and token counts."""
+    """What the finished chunks add up to: the vocabulary (token -> id, in order of first use; one for all fields),
+    each field's document frequencies, document and token counts."""
 
-    def __init__(self) -> None:
+    def __init__(self, fields: tuple[str, ...] = ("",)) -> None:
         self.vocab: dict[str, int] = {}
-        self.df = np.zeros(0, dtype=np.int64)
+        self.dfs = {f: np.zeros(0, dtype=np.int64) for f in fields}
         self.n_docs = 0
         self.n_tokens = 0
+
+    @property
+    def df(self) -> np.ndarray:
+        """The document frequencies of a one-field (bm25s) index."""
+        return self.dfs[""]
 
     def add_tokens(self, tokens: Iterable[str]) -> None:
         for t in tokens:
             self.vocab[t] = len(self.vocab)
 
-    def add_df(self, ucols: np.ndarray, counts: np.ndarray) -> None:
-        if len(self.vocab) > len(self.df):
-            self.df = np.concatenate([self.df, np.zeros(max(len(self.vocab) - len(self.df), len(self.df) // 2),
-                                                        dtype=np.int64)])
-        self.df[ucols] += counts  # each term once per chunk: no repeated index to lose
+    def add_df(self, ucols: np.ndarray, counts: np.ndarray, field: str = "") -> None:
+        df = self.dfs[field]
+        if len(self.vocab) > len(df):
+            df = self.dfs[field] = np.concatenate([df, np.zeros(max(len(self.vocab) - len(df), len(df) // 2),
+                                                                dtype=np.int64)])
+        df[ucols] += counts  # each term once per chunk: no repeated index to lose
 
 
-def _tokenize_chunk(passages: list[Passage], state: _State, stemmer) -> tuple[dict[str, np.ndarray], list[str]]:
+def _field_arrays(ids: np.ndarray, lens: np.ndarray, state: _State, field: str = "") -> dict[str, np.ndarray]:
+    """One field's arrays from its global term ids (documents one after the other, ``lens`` terms each); the
+    field's document frequencies in ``state`` are updated (its document count is not)."""
+    doc = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
+    # (term, doc) pairs, sorted by term then document: a chunk's slice of bm25s's CSC column order.
+    keys, tf = np.unique((ids << 32) | doc, return_counts=True)
+    cols = keys >> 32
+    ucols, counts = np.unique(cols, return_counts=True)
+    state.add_df(ucols, counts, field)
+    return {"rows": ((keys & 0xFFFFFFFF) + state.n_docs).astype(np.int32), "tf": tf.astype(np.int32),
+            "ucols": ucols.astype(np.int32), "colptr": np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+            "doc_len": lens.astype(np.int32)}
+
+
+def _doc_arrays(passages: list[Passage]) -> dict[str, Any]:
+    lines = [passage_line(p) for p in passages]
+    return {"id_hash": np.array([_id_hash(p.id) for p in passages], dtype=np.uint64),
+            "line_ends": np.cumsum([len(x) for x in lines], dtype=np.int64),
+            "_lines": lines}
+
+
+def _tokenize_chunk(passages: list[Passage], state: _State, stemmer) -> tuple[dict[str, Any], list[str]]:
     """One chunk's arrays, the tokens it adds to the vocabulary (``state`` is updated)."""
     tok = bm25s.tokenize([p.contents for p in passages], stopwords="en", stemmer=stemmer, return_ids=True,
                          show_progress=False)
@@ -118,25 +168,30 @@ def _tokenize_chunk(passages: list[Passage], state: _State, stemmer) -> tuple[di
             state.vocab[local[i]] = g
             new.append(local[i])
         l2g[i] = g
-    doc = np.repeat(np.arange(n, dtype=np.int64), lens)
-    # (term, doc) pairs, sorted by term then document: a chunk's slice of bm25s's CSC column order.
-    keys, tf = np.unique((l2g[flat] << 32) | doc, return_counts=True)
-    cols = keys >> 32
-    ucols, counts = np.unique(cols, return_counts=True)
-    state.add_df(ucols, counts)
-    lines = [passage_line(p) for p in passages]
-    arrays = {
-        "rows": ((keys & 0xFFFFFFFF) + state.n_docs).astype(np.int32),
-        "tf": tf.astype(np.int32),
-        "ucols": ucols.astype(np.int32),
-        "colptr": np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-        "doc_len": lens.astype(np.int32),
-        "id_hash": np.array([_id_hash(p.id) for p in passages], dtype=np.uint64),
-        "line_ends": np.cumsum([len(x) for x in lines], dtype=np.int64),
-        "_lines": lines,  # type: ignore[dict-item]
-    }
+    arrays = {"fields": {"": _field_arrays(l2g[flat], lens, state)}, **_doc_arrays(passages)}
     state.n_docs += n
     state.n_tokens += int(lens.sum())
+    return arrays, new
+
+
+def tokenize_fields(passages: list[Passage], state: _State, analyzer: EnglishAnalyzer) -> tuple[dict[str, Any],
+                                                                                             list[str]]:
+    """:func:`_tokenize_chunk` for the ``elasticsearch`` scoring: title and body analysed apart, into one vocabulary
+    numbered in order of first use (title, body, next passage: the same numbering whatever the chunk size)."""
+    before = len(state.vocab)
+    number = state.vocab.setdefault
+    ids: dict[str, list[int]] = {"title": [], "body": []}
+    lens = {f: np.zeros(len(passages), dtype=np.int64) for f in ids}
+    for i, p in enumerate(passages):
+        for field, text in (("title", p.title), ("body", p.text)):
+            terms = analyzer.analyze(text)
+            lens[field][i] = len(terms)
+            ids[field] += [number(t, len(state.vocab)) for t in terms]
+    new = list(islice(state.vocab, before, None))
+    arrays = {"fields": {f: _field_arrays(np.asarray(ids[f], dtype=np.int64), lens[f], state, f) for f in ids},
+              **_doc_arrays(passages)}
+    state.n_docs += len(passages)
+    state.n_tokens += sum(len(v) for v in ids.values())
     return arrays, new
 
 
@@ -148,7 +203,11 @@ def _write_chunk(folder: Path, arrays: dict[str, Any], new_tokens: list[str]) ->
     tmp = folder.with_name(folder.name + ".tmp")
     remove(tmp)
     tmp.mkdir(parents=True)
-    for name in CHUNK_ARRAYS:
+    for field, field_arrays in arrays["fields"].items():
+        (tmp / field).mkdir(exist_ok=True)
+        for name in FIELD_ARRAYS:
+            np.save(tmp / field / f"{name}.npy", field_arrays[name])
+    for name in DOC_ARRAYS:
         np.save(tmp / f"{name}.npy", arrays[name])
     (tmp / "passages.jsonl").write_bytes(b"".join(arrays["_lines"]))
     (tmp / "tokens.txt").write_text("\n".join(new_tokens), encoding="utf-8")
@@ -156,8 +215,11 @@ def _write_chunk(folder: Path, arrays: dict[str, Any], new_tokens: list[str]) ->
     tmp.rename(folder)
 
 
-def _read_chunk(folder: Path) -> dict[str, np.ndarray]:
-    return {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in CHUNK_ARRAYS}
+def _read_chunk(folder: Path, field: str | None = None) -> dict[str, np.ndarray]:
+    """A chunk's per-passage arrays, or with ``field`` that field's arrays."""
+    if field is None:
+        return {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in DOC_ARRAYS}
+    return {name: np.load(folder / field / f"{name}.npy", mmap_mode="r") for name in FIELD_ARRAYS}
 
 
 def _chunk_tokens(folder: Path) -> list[str]:
@@ -194,12 +256,14 @@ def stream_chunks(passages: Iterable[Passage], work: Path, settings: StreamSetti
                   show_progress: bool = True) -> tuple[_Manifest, _State]:
     """Tokenize the stream into chunk folders under ``work``, resuming after the last finished chunk."""
     manifest = _Manifest(work, {**asdict(settings), "source": source})
-    state = _State()
+    fields = FIELDS[settings.scoring]
+    state = _State(fields)
     for entry in manifest.chunks:  # the vocabulary and frequencies of the chunks a killed run finished
         folder = work / entry["name"]
         state.add_tokens(_chunk_tokens(folder))
-        arrays = _read_chunk(folder)
-        state.add_df(np.asarray(arrays["ucols"]), np.diff(arrays["colptr"]))
+        for field in fields:
+            arrays = _read_chunk(folder, field)
+            state.add_df(np.asarray(arrays["ucols"]), np.diff(arrays["colptr"]), field)
         state.n_docs += entry["docs"]
         state.n_tokens += entry["tokens"]
     if manifest.data["complete"]:
@@ -210,7 +274,11 @@ def stream_chunks(passages: Iterable[Passage], work: Path, settings: StreamSetti
         logger.info("resuming: %d chunks (%d records) already done", len(manifest.chunks), done)
         for _ in islice(stream, done):
             pass
-    stemmer = Stemmer.Stemmer(settings.stemmer_language) if settings.stemmer_language else None
+    if settings.scoring == "elasticsearch":
+        tokenizer, tokenize = EnglishAnalyzer(), tokenize_fields
+    else:
+        tokenizer = Stemmer.Stemmer(settings.stemmer_language) if settings.stemmer_language else None
+        tokenize = _tokenize_chunk
     # Bars on a terminal only; a log file gets one line per chunk instead.
     bar = tqdm(desc="BM25 chunks", unit="passage", initial=done, **bar_options(inner=True, disable=not show_progress))
     while records := list(islice(stream, settings.chunk_size)):
@@ -220,11 +288,12 @@ def stream_chunks(passages: Iterable[Passage], work: Path, settings: StreamSetti
                  "tokens": 0, "entries": 0}
         if kept:
             before = state.n_tokens
-            arrays, new = _tokenize_chunk(kept, state, stemmer)
-            entry.update(tokens=state.n_tokens - before, entries=len(arrays["rows"]))
+            arrays, new = tokenize(kept, state, tokenizer)
+            entry.update(tokens=state.n_tokens - before,
+                         entries=sum(len(a["rows"]) for a in arrays["fields"].values()))
             _write_chunk(work / name, arrays, new)
         else:
-            _write_chunk(work / name, _empty_arrays(), [])
+            _write_chunk(work / name, _empty_arrays(fields), [])
         manifest.chunks.append(entry)
         manifest.save()
         bar.update(len(records))
@@ -236,9 +305,11 @@ def stream_chunks(passages: Iterable[Passage], work: Path, settings: StreamSetti
     return manifest, state
 
 
-def _empty_arrays() -> dict[str, Any]:
-    out: dict[str, Any] = {name: np.zeros(0, dtype=np.int32) for name in CHUNK_ARRAYS}
-    out["colptr"] = np.zeros(1, dtype=np.int64)
+def _empty_arrays(fields: tuple[str, ...]) -> dict[str, Any]:
+    field: dict[str, Any] = {name: np.zeros(0, dtype=np.int32) for name in FIELD_ARRAYS}
+    field["colptr"] = np.zeros(1, dtype=np.int64)
+    out: dict[str, Any] = {name: np.zeros(0, dtype=np.int32) for name in DOC_ARRAYS}
+    out["fields"] = {f: field for f in fields}
     out["_lines"] = []
     return out
 
@@ -294,7 +365,7 @@ class _Slices:
 
 def assemble(work: Path, manifest: _Manifest, state: _State, settings: StreamSettings, out: Path,
              show_progress: bool = True) -> dict[str, Any]:
-    """Write the bm25s index files and the passage store into ``out`` (an empty staging folder); returns meta."""
+    """Write the score matrices and the passage store into ``out`` (an empty staging folder); returns meta."""
     chunks = [c for c in manifest.chunks if c["docs"]]
     n_docs = sum(c["docs"] for c in chunks)
     if not n_docs:
@@ -307,58 +378,113 @@ def assemble(work: Path, manifest: _Manifest, state: _State, settings: StreamSet
     if n_docs >= 2**31:
         raise DataError(f"{n_docs} passages: bm25s's int32 document ids stop at 2**31", source=str(work))
     n_vocab = len(state.vocab)
-    df = state.df[:n_vocab]
-    doc_len = np.concatenate([np.asarray(_read_chunk(work / c["name"])["doc_len"]) for c in chunks])
-    # bm25s: np.array(lengths).mean(), an exact integer sum (below 2**53) divided once
-    avg_len = np.float64(int(doc_len.astype(np.int64).sum())) / n_docs
-    idf_fn = _select_idf_scorer(settings.method)
-    values, inverse = np.unique(df, return_inverse=True)
-    # bm25s computes each term's idf with math.log on Python numbers into a float32 array: the same per distinct df
-    idf = np.array([idf_fn(int(v), N=n_docs) if v else 0.0 for v in values], dtype=np.float32)[inverse]
-    indptr = np.concatenate([[0], np.cumsum(df)]).astype(np.int64)
-    nnz = int(indptr[-1])
     budget = max(max(c["entries"] for c in chunks), 1)
-    tfc_fn = _select_tfc_scorer(settings.method)
     folder = out / BM25_DIR
     folder.mkdir()
-    opened = [_Slices(work / c["name"]) for c in chunks]
-    with (folder / "data.csc.index.npy").open("wb") as fdata, (folder / "indices.csc.index.npy").open("wb") as fidx:
-        _write_npy_header(fdata, np.float32, nnz)
-        _write_npy_header(fidx, np.int32, nnz)
-        c0 = 0
-        bar = tqdm(total=nnz, desc="BM25 assemble", unit="entry",
-                   **bar_options(inner=True, disable=not show_progress))
-        while c0 < n_vocab:
-            # The widest term range whose entries fit the budget (one term at least, however frequent).
-            c1 = max(c0 + 1, int(np.searchsorted(indptr, indptr[c0] + budget, side="right")) - 1)
-            c1 = min(c1, n_vocab)
-            rows, tf = _gather_columns(opened, indptr, c0, c1)
-            cols = np.repeat(np.arange(c0, c1), df[c0:c1])
-            tfc = tfc_fn(tf_array=tf.astype(np.float32), l_d=doc_len[rows].astype(np.float64), l_avg=avg_len,
-                         k1=settings.k1, b=settings.b, delta=0.5)
-            fdata.write((idf[cols] * tfc).astype(np.float32).tobytes())
-            fidx.write(rows.tobytes())
-            bar.update(len(rows))
-            c0 = c1
-        bar.close()
-    for ch in opened:
-        ch.close()
-    np.save(folder / "indptr.csc.index.npy", indptr)
-    vocab = dict(state.vocab)
-    vocab[""] = n_vocab  # bm25s adds the empty token after the others, outside the matrix
-    (folder / "vocab.index.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    params = {"k1": settings.k1, "b": settings.b, "delta": 0.5, "method": settings.method,
-              "idf_method": settings.method, "dtype": "float32", "int_dtype": "int32", "num_docs": n_docs,
-              "version": bm25s.__version__, "backend": "numpy"}
+    nnz = 0
+    field_stats = {}
+    for field in FIELDS[settings.scoring]:
+        df = state.dfs[field][:n_vocab]
+        if len(df) < n_vocab:  # a field no chunk has a term in
+            df = np.concatenate([df, np.zeros(n_vocab - len(df), dtype=np.int64)])
+        doc_len = np.concatenate([np.asarray(_read_chunk(work / c["name"], field)["doc_len"]) for c in chunks])
+        if settings.scoring == "elasticsearch":
+            values, field_stats[field] = es_values(df, doc_len, settings)
+        else:
+            values = _bm25s_values(df, doc_len, settings)
+        opened = [_Slices(work / c["name"] / field) for c in chunks]
+        (folder / field).mkdir(exist_ok=True)
+        nnz += _write_matrix(folder / field, opened, df, values, budget, f"BM25 assemble {field}".rstrip(),
+                             show_progress)
+        for ch in opened:
+            ch.close()
+    if settings.scoring == "elasticsearch":
+        (folder / ES_VOCAB).write_text(json.dumps(state.vocab, ensure_ascii=False), encoding="utf-8")
+        params = {"scoring": settings.scoring, "k1": settings.k1, "b": settings.b,
+                  "tie_breaker": es_scoring.TIE_BREAKER, "analyzer": EnglishAnalyzer.name, "num_docs": n_docs,
+                  "fields": field_stats}
+    else:
+        vocab = dict(state.vocab)
+        vocab[""] = n_vocab  # bm25s adds the empty token after the others, outside the matrix
+        (folder / "vocab.index.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+        params = {"k1": settings.k1, "b": settings.b, "delta": 0.5, "method": settings.method,
+                  "idf_method": settings.method, "dtype": "float32", "int_dtype": "int32", "num_docs": n_docs,
+                  "version": bm25s.__version__, "backend": "numpy"}
     (folder / "params.index.json").write_text(json.dumps(params, indent=4))
     writer = StoreWriter(out)
     for c in chunks:
         writer.add_lines((work / c["name"] / "passages.jsonl").read_bytes(),
                          np.asarray(_read_chunk(work / c["name"])["line_ends"]))
     n, digest = writer.close()
-    return {"kind": "bm25", "stemmer_language": settings.stemmer_language, "num_passages": n,
-            "passages_sha256": digest, "empty_skipped": sum(c["empty"] for c in manifest.chunks),
+    return {"kind": "bm25", "scoring": settings.scoring, "stemmer_language": settings.stemmer_language,
+            "num_passages": n, "passages_sha256": digest, "empty_skipped": sum(c["empty"] for c in manifest.chunks),
             "vocab_size": n_vocab, "nnz": nnz}
+
+
+ValueFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+def _bm25s_values(df: np.ndarray, doc_len: np.ndarray, settings: StreamSettings) -> ValueFn:
+    """bm25s's score of each (term, document) entry, from its term ids, document ids and term frequencies."""
+    n_docs = len(doc_len)
+    # bm25s: np.array(lengths).mean(), an exact integer sum (below 2**53) divided once
+    avg_len = np.float64(int(doc_len.astype(np.int64).sum())) / n_docs
+    idf_fn = _select_idf_scorer(settings.method)
+    values, inverse = np.unique(df, return_inverse=True)
+    # bm25s computes each term's idf with math.log on Python numbers into a float32 array: the same per distinct df
+    idf = np.array([idf_fn(int(v), N=n_docs) if v else 0.0 for v in values], dtype=np.float32)[inverse]
+    tfc_fn = _select_tfc_scorer(settings.method)
+
+    def score(cols: np.ndarray, rows: np.ndarray, tf: np.ndarray) -> np.ndarray:
+        tfc = tfc_fn(tf_array=tf.astype(np.float32), l_d=doc_len[rows].astype(np.float64), l_avg=avg_len,
+                     k1=settings.k1, b=settings.b, delta=0.5)
+        return (idf[cols] * tfc).astype(np.float32)
+
+    return score
+
+
+def es_field_stats(doc_len: np.ndarray) -> dict[str, Any]:
+    """Lucene's statistics of one field: documents with a term in it, and the sum of their lengths."""
+    return {"doc_count": int(np.count_nonzero(doc_len)), "sum_total_term_freq": int(doc_len.astype(np.int64).sum())}
+
+
+def es_values(df: np.ndarray, doc_len: np.ndarray, settings: StreamSettings) -> tuple[ValueFn, dict[str, Any]]:
+    """Elasticsearch's score of each entry in one field (:mod:`es_scoring`), and the field's statistics."""
+    stats = es_field_stats(doc_len)
+    avgdl = es_scoring.avg_length(stats["sum_total_term_freq"], stats["doc_count"])
+    idf = es_scoring.idf(df, stats["doc_count"])
+
+    def score(cols: np.ndarray, rows: np.ndarray, tf: np.ndarray) -> np.ndarray:
+        return es_scoring.entry_scores(tf, doc_len[rows], idf[cols], avgdl, settings.k1, settings.b)
+
+    return score, {**stats, "avgdl": float(avgdl)}
+
+
+def _write_matrix(folder: Path, opened: list[_Slices], df: np.ndarray, values: ValueFn, budget: int, desc: str,
+                  show_progress: bool) -> int:
+    """One field's CSC score matrix in bm25s's file names, in passes over term ranges of at most ``budget``
+    entries (one term at least, however frequent); returns its number of entries."""
+    indptr = np.concatenate([[0], np.cumsum(df)]).astype(np.int64)
+    nnz = int(indptr[-1])
+    n_vocab = len(df)
+    with (folder / "data.csc.index.npy").open("wb") as fdata, (folder / "indices.csc.index.npy").open("wb") as fidx:
+        _write_npy_header(fdata, np.float32, nnz)
+        _write_npy_header(fidx, np.int32, nnz)
+        c0 = 0
+        bar = tqdm(total=nnz, desc=desc, unit="entry",
+                   **bar_options(inner=True, disable=not show_progress))
+        while c0 < n_vocab:
+            c1 = max(c0 + 1, int(np.searchsorted(indptr, indptr[c0] + budget, side="right")) - 1)
+            c1 = min(c1, n_vocab)
+            rows, tf = _gather_columns(opened, indptr, c0, c1)
+            cols = np.repeat(np.arange(c0, c1), df[c0:c1])
+            fdata.write(values(cols, rows, tf).tobytes())
+            fidx.write(rows.tobytes())
+            bar.update(len(rows))
+            c0 = c1
+        bar.close()
+    np.save(folder / "indptr.csc.index.npy", indptr)
+    return nnz
 
 
 def _gather_columns(chunks: list[_Slices], indptr: np.ndarray, c0: int, c1: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,6 +1,8 @@
 """Build a BM25 or dense (faiss) index folder from a corpus.
 
     python -m retrieval_adapt.build_index --corpus world --kind bm25 --out runs/index/world-bm25
+    python -m retrieval_adapt.build_index --corpus world --bm25_scoring elasticsearch --out runs/index/world-es
+    python -m retrieval_adapt.build_index --corpus world --kind lucene --out runs/index/world-lucene  # [lucene] extra
     python -m retrieval_adapt.build_index --corpus passages.jsonl --kind dense --encoder minilm --out runs/index/d
     python -m retrieval_adapt.build_index my_index.yaml --faiss hnsw
 
@@ -11,7 +13,9 @@ existing index is replaced only then), and ``OUT`` is locked while it runs.
 
 A BM25 build reads the corpus as a stream, ``chunk_size`` passages at a time (memory is set by the chunk, not the
 corpus: docs/scale.md), into ``OUT.build/``; a killed build rerun with the same command resumes after the last
-finished chunk and writes the same index an uninterrupted build would.
+finished chunk and writes the same index an uninterrupted build would. ``--bm25_scoring elasticsearch`` scores as
+DRAGIN's Elasticsearch index did (title and body fields, Elasticsearch's English analyzer, k1 1.2, ``best_fields``
+with tie breaker 0.5: docs/bm25_elasticsearch.md); ``--kind lucene`` builds that index with Lucene itself.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from data_builders.world import WorldConfig, build_world
 from retrieval_adapt.bm25 import BM25Retriever
 from retrieval_adapt.bm25_stream import StreamSettings, build_streamed
 from retrieval_adapt.corpus_store import index_writer
+from retrieval_adapt.es_bm25 import ElasticsearchBM25Retriever
 
 
 @dataclass
@@ -42,7 +47,10 @@ class IndexConfig:
     corpus_format: str | None = field(default=None, metadata={
         "help": "force a corpus format (passages_jsonl, dpr_tsv, flashrag_jsonl, hf_dataset)"})
     out: str = field(default="runs/index/world-bm25", metadata={"help": "index folder to write"})
-    kind: Literal["bm25", "dense"] = "bm25"
+    kind: Literal["bm25", "dense", "lucene"] = "bm25"
+    bm25_scoring: Literal["bm25s", "elasticsearch"] = field(default="bm25s", metadata={
+        "help": "BM25 scoring: bm25s (one field, k1 1.5) or elasticsearch (DRAGIN's: title and body fields, "
+                "Elasticsearch's English analyzer, k1 1.2, best_fields)"})
     encoder: str = field(default="minilm", metadata={"help": "dense passage encoder: minilm, hub id or path"})
     faiss: Literal["flat", "ivf", "hnsw"] = "flat"
     batch_size: int = 64
@@ -56,6 +64,8 @@ class IndexConfig:
             raise ValueError(f"batch_size must be positive, got {self.batch_size}")
         if self.chunk_size <= 0:
             raise ValueError(f"chunk_size must be positive, got {self.chunk_size}")
+        if self.kind == "dense" and self.bm25_scoring != "bm25s":
+            raise ValueError("bm25_scoring applies to BM25 indexes, not to --kind dense")
 
 
 def load_corpus(cfg: IndexConfig):
@@ -74,14 +84,28 @@ def stream_corpus(cfg: IndexConfig) -> tuple[Iterable[Passage], dict[str, object
     return iter_passages(path, cfg.corpus_format), {**fingerprint(path), "format": cfg.corpus_format}
 
 
-def build_bm25(cfg: IndexConfig) -> BM25Retriever:
+def build_bm25(cfg: IndexConfig) -> BM25Retriever | ElasticsearchBM25Retriever:
     passages, source = stream_corpus(cfg)
     start = time.perf_counter()
-    meta = build_streamed(passages, cfg.out, settings=StreamSettings(chunk_size=cfg.chunk_size), source=source,
+    settings = StreamSettings(chunk_size=cfg.chunk_size, scoring=cfg.bm25_scoring)
+    meta = build_streamed(passages, cfg.out, settings=settings, source=source,
                           add_files=lambda folder: save_config(folder / "config.yaml", cfg))
-    print(f"built bm25 index over {meta['num_passages']} passages in {time.perf_counter() - start:.1f}s -> "
-          f"{cfg.out}")
+    print(f"built bm25 index ({cfg.bm25_scoring} scoring) over {meta['num_passages']} passages in "
+          f"{time.perf_counter() - start:.1f}s -> {cfg.out}")
     return BM25Retriever.load(cfg.out)
+
+
+def build_lucene(cfg: IndexConfig):
+    from retrieval_adapt.lucene import LuceneRetriever  # the [lucene] extra: one line naming it when missing
+
+    passages, _ = stream_corpus(cfg)
+    start = time.perf_counter()
+    with index_writer(cfg.out) as tmp:
+        meta = LuceneRetriever.build_into(tmp, passages, show_progress=True)
+        save_config(tmp / "config.yaml", cfg)
+    print(f"built lucene index over {meta['num_passages']} passages in {time.perf_counter() - start:.1f}s -> "
+          f"{cfg.out}")
+    return LuceneRetriever.load(cfg.out)
 
 
 def build(cfg: IndexConfig):
@@ -89,6 +113,8 @@ def build(cfg: IndexConfig):
     index included) only once complete; ``OUT`` is locked meanwhile, so two builds of it cannot interleave."""
     if cfg.kind == "bm25":
         return build_bm25(cfg)
+    if cfg.kind == "lucene":
+        return build_lucene(cfg)
     passages = load_corpus(cfg)
     if not passages:  # checked before anything is written
         raise DataError("the corpus holds no passages (every text empty?); nothing was written", source=cfg.corpus)

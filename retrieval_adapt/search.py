@@ -9,7 +9,18 @@ import argparse
 import sys
 
 from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.retriever import Retriever
+from retrieval_adapt.corpus_store import load_meta
 from retrieval_adapt.loading import load_retriever
+
+
+def open_index(index: str, query_encoder: str | None = None) -> Retriever:
+    """Any index folder; a ``lucene`` one here until ``load_retriever`` knows the kind."""
+    if load_meta(index).get("kind") == "lucene":
+        from retrieval_adapt.lucene import LuceneRetriever  # the [lucene] extra: one line naming it when missing
+
+        return LuceneRetriever.load(index)
+    return load_retriever(index, query_encoder=query_encoder)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -19,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-k", type=int, default=3)
     parser.add_argument("--query-encoder", default=None, help="adapted query encoder folder (dense only)")
     args = parser.parse_args(argv)
-    retriever = load_retriever(args.index, query_encoder=args.query_encoder)
+    retriever = open_index(args.index, query_encoder=args.query_encoder)
     for query, hits in zip(args.queries, retriever.search(args.queries, args.k)):
         print(f"query: {query}")
         for rank, hit in enumerate(hits, 1):

@@ -1,0 +1,117 @@
+"""Elasticsearch's ``english`` analyzer (Lucene's EnglishAnalyzer) in Python, for the ``elasticsearch`` BM25 scoring.
+
+The chain, in Lucene's order: StandardTokenizer (Unicode word breaks, UAX #29), EnglishPossessiveFilter (a trailing
+``'s``), LowerCaseFilter, StopFilter with Lucene's 33 English stopwords, PorterStemFilter (Porter's 1980 algorithm,
+not Snowball's "english").
+
+The tokenizer is a regular expression for the word-break rules that matter in English text: letters and digits run
+together (``1990s``), ``_`` joins, ``. ' ’ :`` stay inside a word between two letters (``U.S.A`` , ``don't``), ``. , ;
+'`` between two digits (``3.14``, ``1,000``), each Han or Hiragana character is a word of its own, tokens longer than
+255 characters are cut every 255. Where it differs from Lucene (rare scripts, emoji, Katakana touching Latin) is
+measured in docs/bm25_elasticsearch.md.
+"""
+
+from __future__ import annotations
+
+import regex
+import Stemmer
+
+# org.apache.lucene.analysis.en.EnglishAnalyzer.ENGLISH_STOP_WORDS_SET (Elasticsearch's _english_)
+ENGLISH_STOP_WORDS = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the their then there these they "
+    "this to was will with".split())
+
+MAX_TOKEN_LENGTH = 255  # StandardTokenizer's default: a longer run is cut into pieces of this length
+
+_TAIL = r"[\p{M}\p{Cf}]*"  # marks and format characters join the character before them (UAX #29 WB4)
+# ExtendNumLet (``_``, U+202F) joins, but a run of it alone is no word
+_WORD_CHAR = r"[[\p{L}\p{Nd}]--[\p{Han}\p{Hiragana}]]" + _TAIL
+_JOINER = r"[\p{Pc}\u202f]" + _TAIL
+# MidLetter and MidNumLet (with the ASCII apostrophe): a break only where no letter follows
+_MID_LETTER = "[:\u00b7\u0387\u05f4\u2027\ufe13\ufe55\uff1a.'\u2018\u2019\u2024\ufe52\uff07\uff0e]"
+# MidNum and MidNumLet: between two digits
+_MID_NUM = "[,;\u037e\u0589\u060c\u060d\u066c\u07f8\u2044\ufe10\ufe14\ufe50\ufe54\uff0c\uff1b.'\u2018\u2019\u2024" \
+           "\ufe52\uff07\uff0e]"
+_JOIN = rf"(?:(?<=\p{{L}}{_TAIL}){_MID_LETTER}(?=\p{{L}})|(?<=\p{{Nd}}{_TAIL}){_MID_NUM}(?=\p{{Nd}}))"
+_RUN = rf"(?:{_JOINER})*(?:{_WORD_CHAR})(?:{_WORD_CHAR}|{_JOINER})*"
+# a word; or one Han or Hiragana character; or one emoji (Lucene 8 and later emit them as tokens)
+_EMOJI = r"\p{Extended_Pictographic}[\p{M}\p{Cf}\p{Emoji_Modifier}]*"
+_TOKEN = regex.compile(rf"{_RUN}(?:{_JOIN}{_RUN})*|[\p{{Han}}\p{{Hiragana}}]{_TAIL}|{_EMOJI}", flags=regex.V1)
+
+# the endings whose Porter step 1 leaves "...logi" / "...bli"
+_LOGI = ("logi", "logy", "logis", "logies", "logied")
+_BLI = ("bli", "bly", "blis", "blies", "blied")
+_APOSTROPHES = ("'", "\u2019", "\uff07")
+# Java's Character.toLowerCase maps one code point to one; Python's str.lower differs on these (and on a final
+# sigma, which per-character lowering avoids).
+_LOWER_FIX = {"\u0130": "i"}
+
+
+def tokenize(text: str) -> list[str]:
+    """StandardTokenizer's tokens, case kept."""
+    tokens = _TOKEN.findall(text)
+    if any(len(t) > MAX_TOKEN_LENGTH for t in tokens):
+        tokens = [t[i:i + MAX_TOKEN_LENGTH] for t in tokens for i in range(0, len(t), MAX_TOKEN_LENGTH)]
+    return tokens
+
+
+def _lower(token: str) -> str:
+    if token.isascii():
+        return token.lower()
+    return "".join(_LOWER_FIX.get(c) or (c.lower() if len(c.lower()) == 1 else c) for c in token)
+
+
+class EnglishAnalyzer:
+    """``analyze(text)`` -> the terms Elasticsearch's ``english`` analyzer indexes (and searches) for ``text``."""
+
+    name = "elasticsearch_english"
+
+    def __init__(self) -> None:
+        self._stemmer = Stemmer.Stemmer("porter")
+        self._stems: dict[str, str] = {}
+
+    def _stem(self, word: str) -> str:
+        stem = self._stems.get(word)
+        if stem is None:
+            # Lucene's PorterStemmer leaves words of one or two letters alone; Snowball's Porter strips an "s" ("us")
+            stem = word if len(word) <= 2 else self._lucene_step2(word, self._stemmer.stemWord(word))
+            if len(self._stems) < 1_000_000:  # a cache bounded like the corpus's vocabulary is, not like its size
+                self._stems[word] = stem
+        return stem
+
+    def _lucene_step2(self, word: str, stem: str) -> str:
+        """Lucene's PorterStemmer is Porter's later C version, whose step 2 has two rules the 1980 paper (and
+        Snowball's "porter") lacks: "bli" -> "ble" (the paper: "abli" -> "able") and "logi" -> "log", each when the
+        rest has a measure above 0. Snowball's steps 3 to 5 leave a word ending in either untouched, so the rule is
+        applied to its output, and a new "ble" goes through steps 3 to 5 by stemming it again (steps 1 and 2 have
+        nothing to do on it). Only for words whose step 1 ends in "logi" or "bli": Snowball's step 5 also makes them
+        from "...logie", which Lucene's step 2 never saw."""
+        if stem.endswith("logi") and word.endswith(_LOGI) and _measure(stem[:-4]) > 0:
+            return stem[:-1]
+        if stem.endswith("bli") and word.endswith(_BLI) and _measure(stem[:-3]) > 0:
+            return self._stemmer.stemWord(stem[:-3] + "ble")
+        return stem
+
+    def analyze(self, text: str) -> list[str]:
+        out = []
+        for token in tokenize(text):
+            if len(token) >= 2 and token[-1] in "sS" and token[-2] in _APOSTROPHES:
+                token = token[:-2]
+                if not token:
+                    continue
+            token = _lower(token)
+            if token not in ENGLISH_STOP_WORDS:
+                out.append(self._stem(token))
+        return out
+
+
+def _measure(stem: str) -> int:
+    """Porter's m: the number of vowel-consonant sequences in ``stem`` ("y" after a consonant is a vowel)."""
+    m = 0
+    prev_vowel = False
+    for i, c in enumerate(stem):
+        vowel = c in "aeiou" or (c == "y" and i > 0 and not prev_vowel)
+        if prev_vowel and not vowel:
+            m += 1
+        prev_vowel = vowel
+    return m
