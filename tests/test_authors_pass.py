@@ -73,7 +73,10 @@ def test_qfs_reads_the_authors_pass_by_hand():
                      [True] * 3)
     view.authors_qfs = QfsPass(pieces, weights, offset=6, bos=1)
     event = Event(token=0, score=2.0, keep=0, hits=[[0]])
-    # renormalised over positions 1..5 (the BOS's 0.5 dropped): "Kelmora?" (punctuation attached) 0.8, founded 0.2
+    # normalised over positions 0..5, the BOS's 0.5 kept as keep_real_words keeps it: "Kelmora?" (punctuation
+    # attached) 0.4, founded 0.1; the BOS never joins the query
+    row = weights[5, :6].tolist()
+    assert sum(row[3:6]) / sum(row) == pytest.approx(0.4) and row[2] / sum(row) == pytest.approx(0.1)
     assert _reference(view, event, top_n=1) == "Kelmora?"
     assert _reference(view, event, top_n=2) == "founded Kelmora?"  # text order; the hit word "Osk" never joins
 

@@ -38,7 +38,7 @@ def test_cut_and_regeneration_text():
     assert de.needs_regeneration(" Osk left.\nNote: the answer is Bo")  # the marker after "Note:" is cut away
     assert not de.needs_regeneration(" So the answer is Bo.")
     prefix = de.regeneration_prefix(" Osk left. Note: ignore")
-    assert prefix == " Osk left.  So the answer is"
+    assert prefix == " Osk left.  So the answer is "  # eval.py: cot += " So the answer is "
     assert de.finish_regenerated(prefix, " Bo.\nQuestion: more") == " Osk left.  So the answer is Bo.\n"
     assert de.dataset_kind("runs/data/2wikimultihopqa_dev.jsonl") == "2wiki" and de.dataset_kind("x", None) is None
 

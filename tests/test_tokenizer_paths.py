@@ -145,12 +145,13 @@ def test_multi_round_methods_write_the_text_one_decode_gives(tokenizer, model, m
 
 
 def test_the_forced_answer_follows_the_answer_with_one_space(tokenizer, model):
-    """answer_extraction dragin: an output without "the answer is" gets " So the answer is" and 20 tokens more; the
-    model writes the script again after "is"."""
+    """answer_extraction dragin: an output without "the answer is" gets " So the answer is " (eval.py's trailing
+    space) and 20 tokens more. The prompt ends in a lone space piece, which the script has before "1970": the model
+    goes on from there."""
     method = MethodConfig(method="dragin", dragin_profile="reference", theta=1e-3)
     record, priors, _ = run(tokenizer, model, method)
-    assert priors[-1] == SCRIPT + " So the answer is"
-    assert record.output == f"{SCRIPT.strip()} So the answer is {SCRIPT.strip()}"
+    assert priors[-1] == SCRIPT + " So the answer is "
+    assert record.output == f"{SCRIPT.strip()} So the answer is 1970. Its port opened!"
 
 
 @pytest.mark.parametrize("trigger", TRIGGERS.names())

@@ -5,9 +5,10 @@ Three steps, each unlike the project's own extraction (:func:`adaptive_rag.plumb
 
 1. **Cut**: the output ends at the first "Question:", "#10000000" or "Note:" (not at the very start).
 2. **Regenerate** (``regenerate_answer``): an output that, once cut, lacks "the answer is" (case-sensitive) gets
-   " So the answer is" appended and 20 more greedy tokens generated after it (demos + question + that text, no
-   documents); the result is cut again. The engine does this (it needs the model); the authors' counter does not
-   count that call, the engine's record does (``llm_forward_passes``, ``generated_tokens``).
+   " So the answer is " (trailing space included, so the prompt ends with it) appended and 20 more greedy tokens
+   generated after it (demos + question + that text, no documents); the result is cut again. The engine does this
+   (it needs the model); the authors' counter does not count that call, the engine's record does
+   (``llm_forward_passes``, ``generated_tokens``).
 3. **Extract**: the text after the *first* "the answer is" (case-sensitive) to the end of the output, with a trailing
    "</s>", "<|endoftext|>" and "." stripped once each (IIRC also a newline); no marker gives "" (2Wiki: the whole
    output). StrategyQA: "yes" when that text starts with "yes" (any case), anything else "no".
@@ -26,7 +27,7 @@ AnswerExtraction = Literal["project", "dragin"]
 DatasetKind = Literal["hotpotqa", "2wiki", "iirc", "strategyqa"]
 SPLIT_WORDS = ("Question:", "#10000000", "Note:")
 MARKER = "the answer is"  # case-sensitive, as in the authors' code
-REGENERATE_SUFFIX = " So the answer is"
+REGENERATE_SUFFIX = " So the answer is "  # with its trailing space: the model continues after it
 REGENERATE_TOKENS = 20
 _YES_NO_GOLD = {"true": "yes", "false": "no"}  # StrategyQA's golds are booleans in some files
 _DATASET_NAMES: dict[str, DatasetKind] = {"hotpot": "hotpotqa", "2wiki": "2wiki", "wikimultihop": "2wiki",
@@ -64,8 +65,9 @@ def regeneration_prefix(output: str) -> str:
 
 
 def finish_regenerated(prefix: str, continuation: str) -> str:
-    """``cot + text.strip()`` cut again, as ``regenerate_answer`` returns it."""
-    return cut_output(prefix + " " + continuation.strip(), keep_leading=False)
+    """``cot + text.strip()`` cut again, as ``regenerate_answer`` returns it (``prefix`` ends with the suffix's
+    space)."""
+    return cut_output(prefix + continuation.strip(), keep_leading=False)
 
 
 def dragin_answer(output: str, kind: DatasetKind | None) -> str:

@@ -52,9 +52,10 @@ def _reference(view: RoundView, event: Event, top_n: int) -> str:
     qp = view.authors_qfs
     if qp is not None:  # attention_pass authors: the reference's own pass, without demos or documents
         rows = [[qp.weights[qp.offset + t - 1] for t in word] for word in hits]
+        # every column normalises, the BOS's too, as keep_real_words does; the BOS is never a query word
         return signals.qfs_query_reference(rows, [qp.offset + word[0] for word in hits], qp.pieces[:qp.offset + end],
-                                           [i >= qp.bos for i in range(qp.offset + end)],
-                                           {qp.offset + t for word in hits for t in word}, top_n)
+                                           [True] * (qp.offset + end),
+                                           {qp.offset + t for word in hits for t in word} | set(range(qp.bos)), top_n)
     p = len(view.prompt_pieces)
     rows_before = [[row if (row := view.row_before(t)) is not None else reduce_heads(view.rows[t], "mean")
                     for t in word] for word in hits]
