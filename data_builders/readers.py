@@ -86,6 +86,7 @@ CORPUS_FORMATS: tuple[str, ...] = get_args(CorpusFormat)
 # QA formats whose files carry paragraphs, so read_corpus can pool them.
 PARAGRAPH_FORMATS = ("qa_jsonl", "popqa_json", "hotpotqa", "2wikimultihopqa", "musique", "ircot", "strategyqa", "squad")
 STRATEGYQA_EVIDENCE_FILE = "strategyQA_aug_context.jsonl"
+TWO_WIKI_ALIASES_FILE = "id_aliases.json"  # the 2WikiMultihopQA release: one {"Q_id", "aliases"} object per line
 
 
 # ---- canonical JSONL -------------------------------------------------------------------------
@@ -143,13 +144,40 @@ def _strategyqa(path: Path, records: list[Record]) -> Iterator[Parsed]:
     return proc.parse_strategyqa(records, evidence)
 
 
+def load_two_wiki_aliases(path: Path) -> dict[str, list[str]]:
+    """``id_aliases.json`` of the 2WikiMultihopQA release: Wikidata id -> the answer's aliases (JSON lines)."""
+    aliases: dict[str, list[str]] = {}
+    for loc, rec in load_json_records(path):
+        qid, names = rec.get("Q_id"), rec.get("aliases")
+        if not isinstance(qid, str) or not isinstance(names, list) or not all(isinstance(a, str) for a in names):
+            raise loc.error("expected {\"Q_id\": str, \"aliases\": [str, ...]}")
+        aliases[qid] = names
+    return aliases
+
+
+def _two_wiki(path: Path, records: list[Record]) -> Iterator[Parsed]:
+    """2WikiMultihopQA; with ``id_aliases.json`` beside the file (the release's), each question's golds are its answer
+    and the aliases of its ``answer_id``, as the DRAGIN authors' evaluation scores it (``WikiMultiHopQA``)."""
+    sibling = path.parent / TWO_WIKI_ALIASES_FILE
+    aliases = load_two_wiki_aliases(sibling) if sibling.is_file() else {}
+    answer_ids = {str(rec.get("_id")): rec.get("answer_id") for _, rec in records}
+    for parsed in rel.parse_hotpot_like(records, "2wikimultihopqa"):
+        ex = parsed.example
+        answer_id = answer_ids.get(ex.id)
+        if isinstance(answer_id, str) and answer_id:
+            ex.metadata["answer_id"] = answer_id
+            extra = [a.strip() for a in aliases.get(answer_id, []) if a.strip()]
+            ex.answers = list(dict.fromkeys([*ex.answers, *extra]))
+        yield parsed
+
+
 Parser = Callable[[Path, list[Record]], Iterator[Parsed]]
 _QA_PARSERS: dict[str, tuple[Callable[[Path], list[Record]], Parser]] = {
     "qa_jsonl": (load_json_records, lambda p, r: _parse_canonical(r)),
     "popqa_tsv": (rel.load_popqa_tsv, lambda p, r: rel.parse_popqa_tsv(r)),
     "popqa_json": (load_json_records, lambda p, r: proc.parse_popqa_json(r)),
     "hotpotqa": (load_json_records, lambda p, r: rel.parse_hotpot_like(r, "hotpotqa")),
-    "2wikimultihopqa": (load_json_records, lambda p, r: rel.parse_hotpot_like(r, "2wikimultihopqa")),
+    "2wikimultihopqa": (load_json_records, _two_wiki),
     "musique": (load_json_records, lambda p, r: proc.parse_musique(r)),
     "ircot": (load_json_records, lambda p, r: proc.parse_ircot(r, dataset_name(p))),
     "strategyqa": (load_json_records, _strategyqa),
