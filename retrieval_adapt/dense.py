@@ -19,6 +19,7 @@ except ImportError as err:  # faiss is an extra: one build of it, cpu or gpu (bo
 import numpy as np
 import torch
 
+from adaptive_rag.lm.models import resolve_model
 from adaptive_rag.plumbing.errors import ConfigError, DataError
 from adaptive_rag.plumbing.records import Passage
 from adaptive_rag.plumbing.retriever import Hit
@@ -182,8 +183,6 @@ def index_dim(index_dir: str | Path) -> int | None:
 def encoder_dim(name: str) -> int | None:
     """The size of the vectors an encoder makes (its hidden size), from its config alone, without its weights;
     None when the config cannot be read here (the load that follows reports that)."""
-    from adaptive_rag.lm.models import resolve_model
-
     try:
         from transformers import AutoConfig
 

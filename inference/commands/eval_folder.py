@@ -24,9 +24,11 @@ from typing import Any
 import yaml
 
 from adaptive_rag.plumbing.atomic_files import fsync_dir, write_text_atomic
+from adaptive_rag.plumbing.dragin_eval import dataset_kind
 from adaptive_rag.plumbing.errors import ConfigError, DataError
 from adaptive_rag.plumbing.record_log import FolderInUseError, FolderLock, RecordLog
 from adaptive_rag.plumbing.records import PredictionRecord
+from inference.adapt_gate.gate_eval import GATE_METHODS
 
 
 class SingleProcess:
@@ -211,9 +213,6 @@ def run_scoring(config: dict[str, Any]) -> dict[str, Any]:
     (DRAGIN's eval.py under the reference profile for an engine method, with its dataset's rule; the project's
     for Iter-RetGen, the gate methods and folders written before the setting existed). Keyword arguments of
     :func:`adaptive_rag.plumbing.scoring.score_record`."""
-    from adaptive_rag.plumbing.dragin_eval import dataset_kind
-    from inference.adapt_gate.gate_eval import GATE_METHODS
-
     mode: dict[str, Any] = {"normalisation": config.get("answer_normalisation", "official")}
     if config.get("answer_extraction") != "dragin" or config.get("method") in ("iter-retgen", *GATE_METHODS):
         return {**mode, "extraction": "project"}
