@@ -25,22 +25,44 @@ MAX_TOKEN_LENGTH = 255  # StandardTokenizer's default: a longer run is cut into 
 
 _TAIL = r"[\p{M}\p{Cf}]*"  # marks and format characters join the character before them (UAX #29 WB4)
 # ExtendNumLet (``_``, U+202F) joins, but a run of it alone is no word
-_WORD_CHAR = r"[[\p{L}\p{Nd}]--[\p{Han}\p{Hiragana}]]" + _TAIL
+# ALetter (and Katakana) beyond \p{L}: letter numbers (Roman numerals), circled and squared Latin letters and
+# Katakana, modifier letters among the symbols
+_LETTER = (r"[\p{L}\p{Nd}\p{Nl}\u24b6-\u24e9\u02c2-\u02c5\u02d2-\u02d7\u02de\u02df\u02ed\u02ef-\u02ff"
+           r"\u32d0-\u32fe\u3300-\u3357\U0001f130-\U0001f149\U0001f150-\U0001f169\U0001f170-\U0001f189]")
+_WORD_CHAR = rf"[{_LETTER}--[\p{{Han}}\p{{Hiragana}}]]" + _TAIL
 _JOINER = r"[\p{Pc}\u202f]" + _TAIL
 # MidLetter and MidNumLet (with the ASCII apostrophe): a break only where no letter follows
 _MID_LETTER = "[:\u00b7\u0387\u05f4\u2027\ufe13\ufe55\uff1a.'\u2018\u2019\u2024\ufe52\uff07\uff0e]"
 # MidNum and MidNumLet: between two digits
 _MID_NUM = "[,;\u037e\u0589\u060c\u060d\u066c\u07f8\u2044\ufe10\ufe14\ufe50\ufe54\uff0c\uff1b.'\u2018\u2019\u2024" \
            "\ufe52\uff07\uff0e]"
-_JOIN = rf"(?:(?<=\p{{L}}{_TAIL}){_MID_LETTER}(?=\p{{L}})|(?<=\p{{Nd}}{_TAIL}){_MID_NUM}(?=\p{{Nd}}))"
+# and a double quote between Hebrew letters (gershayim: WB7b/c)
+_JOIN = (rf"(?:(?<=\p{{L}}{_TAIL}){_MID_LETTER}(?=\p{{L}})|(?<=\p{{Nd}}{_TAIL}){_MID_NUM}(?=\p{{Nd}})"
+         rf"|(?<=\p{{Hebrew}}{_TAIL})\"(?=\p{{Hebrew}}))")
 _RUN = rf"(?:{_JOINER})*(?:{_WORD_CHAR})(?:{_WORD_CHAR}|{_JOINER})*"
 # a word; or one Han or Hiragana character; or one emoji (Lucene 8 and later emit them as tokens)
-_EMOJI = r"\p{Extended_Pictographic}[\p{M}\p{Cf}\p{Emoji_Modifier}]*"
+# Extended_Pictographic as Unicode's emoji-data lists it (the regex module's holds the Emoji property only, so
+# "\u2605" or "\u266f" would be lost)
+_PICTOGRAPHIC = (
+    "\u00a9\u00ae\u203c\u2049\u2122\u2139\u2194-\u2199\u21a9\u21aa\u231a\u231b\u2328\u2388\u23cf"
+    "\u23e9-\u23f3\u23f8-\u23fa\u24c2\u25aa\u25ab\u25b6\u25c0\u25fb-\u25fe\u2600-\u2605\u2607-\u2612"
+    "\u2614-\u2685\u2690-\u2705\u2708-\u2712\u2714\u2716\u271d\u2721\u2728\u2733\u2734\u2744\u2747"
+    "\u274c\u274e\u2753-\u2755\u2757\u2763-\u2767\u2795-\u2797\u27a1\u27b0\u27bf\u2934\u2935"
+    "\u2b05-\u2b07\u2b1b\u2b1c\u2b50\u2b55\u3030\u303d\u3297\u3299"
+    "\U0001f000-\U0001f0ff\U0001f10d-\U0001f10f\U0001f12f\U0001f16c-\U0001f171\U0001f17e\U0001f17f"
+    "\U0001f18e\U0001f191-\U0001f19a\U0001f1ad-\U0001f1e5\U0001f201-\U0001f20f\U0001f21a\U0001f22f"
+    "\U0001f232-\U0001f23a\U0001f23c-\U0001f23f\U0001f249-\U0001f3fa\U0001f400-\U0001f53d"
+    "\U0001f546-\U0001f64f\U0001f680-\U0001f6ff\U0001f774-\U0001f77f\U0001f7d5-\U0001f7ff"
+    "\U0001f80c-\U0001f80f\U0001f848-\U0001f84f\U0001f85a-\U0001f85f\U0001f888-\U0001f88f"
+    "\U0001f8ae-\U0001f8ff\U0001f90c-\U0001f93a\U0001f93c-\U0001f945\U0001f947-\U0001faff"
+    "\U0001fc00-\U0001fffd")
+_EMOJI = rf"[\p{{Extended_Pictographic}}{_PICTOGRAPHIC}][\p{{M}}\p{{Cf}}\p{{Emoji_Modifier}}]*"
 _TOKEN = regex.compile(rf"{_RUN}(?:{_JOIN}{_RUN})*|[\p{{Han}}\p{{Hiragana}}]{_TAIL}|{_EMOJI}", flags=regex.V1)
 
 # the endings whose Porter step 1 leaves "...logi" / "...bli"
 _LOGI = ("logi", "logy", "logis", "logies", "logied")
 _BLI = ("bli", "bly", "blis", "blies", "blied")
+_UNDOUBLED = "chjkqvwx"  # the double consonants Porter's step 1b undoubles and Snowball's does not
 _APOSTROPHES = ("'", "\u2019", "\uff07")
 # Java's Character.toLowerCase maps one code point to one; Python's str.lower differs on these (and on a final
 # sigma, which per-character lowering avoids).
@@ -85,7 +107,11 @@ class EnglishAnalyzer:
         rest has a measure above 0. Snowball's steps 3 to 5 leave a word ending in either untouched, so the rule is
         applied to its output, and a new "ble" goes through steps 3 to 5 by stemming it again (steps 1 and 2 have
         nothing to do on it). Only for words whose step 1 ends in "logi" or "bli": Snowball's step 5 also makes them
-        from "...logie", which Lucene's step 2 never saw."""
+        from "...logie", which Lucene's step 2 never saw. And step 1b undoubles any final consonant but l, s and z
+        once "ed" or "ing" is gone ("revving" -> "rev"); Snowball's only bb dd ff gg mm nn pp rr tt."""
+        if len(stem) > 2 and stem[-1] == stem[-2] and stem[-1] in _UNDOUBLED and \
+                any(word == stem + end for end in ("ed", "ing", "ings")):
+            return stem[:-1]
         if stem.endswith("logi") and word.endswith(_LOGI) and _measure(stem[:-4]) > 0:
             return stem[:-1]
         if stem.endswith("bli") and word.endswith(_BLI) and _measure(stem[:-3]) > 0:

@@ -107,6 +107,7 @@ def java():
         "Version": "org.apache.lucene.util.Version",
     }.items():
         setattr(j, name, autoclass(path))
+    j.autoclass = autoclass  # for any other class, once the classpath is set
     j.store_log = store_log  # java.util.logging holds loggers weakly: keep this one, and its level, alive
     _java = j
     return j

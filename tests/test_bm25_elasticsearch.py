@@ -41,8 +41,12 @@ def test_english_analyzer_chain():
         "beatl", "drummer", "band", "gener", "run"]
     assert analyzer.analyze("It IS the") == []
     # Lucene's Porter (the C version) differs from Snowball's "porter" on "bli", "logi" and two-letter words
-    assert analyzer.analyze("technology possibly anthropologie us ostensibly") == [
-        "technolog", "possibl", "anthropologi", "us", "ostens"]
+    assert analyzer.analyze("technology possibly anthropologie us ostensibly revving trekked desiccated") == [
+        "technolog", "possibl", "anthropologi", "us", "ostens", "rev", "trek", "desicc"]
+    # symbols Lucene keeps as words, Hebrew gershayim, Java's one-to-one lowercasing (no final sigma; dotted I)
+    text = 'D\u266f \u2605 \u216b \u05e8\u05d0\u05d1"\u05d9 \u0130stanbul \u039f\u0394\u039f\u03a3'
+    assert analyzer.analyze(text) == [
+        "d", "\u266f", "\u2605", "\u217b", '\u05e8\u05d0\u05d1"\u05d9', "istanbul", "\u03bf\u03b4\u03bf\u03c3"]
 
 
 # ---- scoring by hand -----------------------------------------------------------------------------------------------
