@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from data_builders.dragin_code import DRAGIN_COMMIT, DRAGIN_RAW
+
 Extract = Literal["zip", "tgz", "gunzip"]
 
 
@@ -127,4 +129,15 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
         corpus=(("psgs_w100.tsv", "dpr_tsv"),), license="CC BY-SA 3.0",
         note="facebookresearch/DPR; 13 GB unpacked (the .gz is deleted once the unpacked file is complete, unless "
              "--keep-archives)"),
+    Source(
+        "dragin-code", "DRAGIN: the authors' code, read but never stored in this project (their exemplars and "
+        "templates for --prompt_source authors; their loop for bench/agreement_dragin.py)",
+        # sha256 and size of each blob at the pinned commit, checked against a clone of the repository
+        tuple(RemoteFile(f"{DRAGIN_RAW}/{name}", name, sha256=sha, size=size) for name, sha, size in (
+            ("data.py", "ca221d01d5106dc065329905edec444f7fd63743c309bd2f7aaa567ad66635c1", 29694),
+            ("generate.py", "c6761db6ea72ec897ba4f65edda8eaf2e5392b7e77ff6d65a2df0b7fdc7bb989", 29403),
+            ("retriever.py", "b3020b9a6b14ed8fb048d295bb80ad7ea5335b27b38415c3581e3d72140bb5c0", 12785),
+            ("main.py", "5bb80a43092b8e80478ea05758f534a6ee332c857cec89b9aec8f7294d424ac3", 3136),
+            ("eval.py", "165b3a1da919cc4b41d6a831ebb203628f3c399ca48781b33f77192d108c6d41", 4846))),
+        license="Apache-2.0", note=f"oneal2000/DRAGIN src/ at commit {DRAGIN_COMMIT}"),
 )}

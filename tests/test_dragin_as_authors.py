@@ -9,6 +9,7 @@ import pytest
 
 from adaptive_rag.plumbing.dragin_eval import score_dragin
 from adaptive_rag.plumbing.errors import DataError
+from adaptive_rag.plumbing.records import Passage
 from data_builders.readers import read_qa
 
 
@@ -44,3 +45,156 @@ def test_a_malformed_aliases_line_names_the_file_and_line(tmp_path):
     path = _two_wiki(tmp_path, [json.dumps({"Q_id": "Q60", "aliases": ["NYC"]}), json.dumps({"Q_id": 60})])
     with pytest.raises(DataError, match="id_aliases.json"):
         read_qa(path, "2wikimultihopqa")
+
+
+# A file shaped like their src/data.py (classes, literal exemplars, template lambdas), written for these tests.
+FAKE_DATA_PY = '''
+from typing import Dict, List
+
+class BaseDataset:
+    def format(self, fewshot: int = 0):
+        pass
+
+class HotpotQA(BaseDataset):
+    examplars: List[Dict] = [
+        {
+            'question': "Who wrote Book A?",
+            'cot': "Book A was written by Ann. Ann is a poet.",
+            'answer': "Ann.",
+        },
+        {
+            'question': "Where is Town B?",
+            'cot': ("Town B lies on River C. ", "River C is in Land D."),
+            'answer': "Land D",
+        },
+    ]
+    demo_input_template = lambda self, ques: f'Question: {ques}\\nAnswer:'
+    test_input_template = lambda self, ques: f'Answer by steps.\\nQuestion: {ques}\\nAnswer:'
+    output_template = lambda self, cot, ans: f'{cot} So the answer is {ans}.'
+
+class WikiMultiHopQA(BaseDataset):
+    examplars: List[Dict] = [{'question': "Q?", 'cot': "C.", 'answer': "A"}]
+    demo_input_template = test_input_template = lambda self, ques: f'Question: {ques}\\nAnswer:'
+    output_template = lambda self, cot, ans: f'{cot} So the answer is {ans}.'
+'''
+DEMOS = ("Question: Who wrote Book A?\nAnswer: Book A was written by Ann. Ann is a poet. So the answer is Ann..\n"
+         "Question: Where is Town B?\nAnswer: Town B lies on River C. River C is in Land D. So the answer is Land D.\n")
+CASE = "Answer by steps.\nQuestion: Who founded X?\nAnswer:"
+
+
+@pytest.fixture()
+def authors_code(tmp_path):
+    folder = tmp_path / "dragin-code"
+    folder.mkdir()
+    (folder / "data.py").write_text(FAKE_DATA_PY)
+    return folder
+
+
+def _builder(authors_code, loop, demos="hotpotqa"):
+    from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
+
+    cfg = PromptConfig(prompt_style="paper", prompt_source="authors", authors_code=str(authors_code), demos=demos,
+                       authors_loop=loop)
+    return PromptBuilder(None, cfg)
+
+
+DOC = [Passage("p1", "Title X", "X was founded.")]  # their retriever returns the text alone: no title
+
+
+@pytest.mark.parametrize("loop, docs, prior, expected", [
+    # AttnWeightRAG: demos, then the non-empty parts joined by one space
+    ("attn", [], "", DEMOS + CASE),
+    ("attn", [], " Osk founded it. ", DEMOS + CASE + " Osk founded it."),
+    ("attn", DOC, " Osk", DEMOS + "Context:\n[1] X was founded.\nAnswer in the same format as before.\n" + CASE
+     + " Osk"),
+    # FixLengthRAG: case + " " + text (a trailing space before the first round), its typo'd context line
+    ("fixed", DOC, "", DEMOS + "Context:\n[1] X was founded.\nAnswer in t he same format as before.\n" + CASE + " "),
+    # TokenRAG without documents, and SingleRAG / BasicRAG
+    ("token", [], "", DEMOS + CASE + " "),
+    ("single", DOC, "", DEMOS + "Context:\n[1] X was founded.\nAnswer in the same format as before.\n" + CASE),
+])
+def test_the_authors_prompt_as_each_of_their_loops_writes_it(authors_code, loop, docs, prior, expected):
+    prompt = _builder(authors_code, loop).build("Who founded X?", docs, prior)
+    assert prompt.text == expected
+    start, end = prompt.question_span
+    assert prompt.text[start:end] == "Who founded X?"
+    assert prompt.text[prompt.prior_start:] == prior.strip()
+
+
+def test_the_authors_templates_and_exemplars_are_parsed_never_run(authors_code):
+    from data_builders.dragin_code import load_authors_prompts, parse_data_py
+
+    two_wiki = load_authors_prompts(authors_code, "2wiki")  # a chained assignment of two templates
+    assert two_wiki.case("Why?") == "Question: Why?\nAnswer:"
+    assert two_wiki.demo_cases() == ["Question: Q?\nAnswer: C. So the answer is A."]
+    with pytest.raises(DataError, match="no class IIRC"):
+        parse_data_py(FAKE_DATA_PY, "IIRC")
+    with pytest.raises(DataError, match="not Python source"):
+        parse_data_py("class HotpotQA(:\n", "HotpotQA")
+    with pytest.raises(DataError, match="template field"):
+        parse_data_py(FAKE_DATA_PY.replace("{ques}\\nAnswer:'\n    test", "{ques.upper()}\\nAnswer:'\n    test"),
+                      "HotpotQA")
+    side_effect = FAKE_DATA_PY.replace("'answer': \"Ann.\",", "'answer': __import__('os').getcwd(),")
+    with pytest.raises(DataError, match="not a literal"):
+        parse_data_py(side_effect, "HotpotQA")
+
+
+def test_without_the_fetched_file_one_line_names_the_download_command(tmp_path):
+    from adaptive_rag.plumbing.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="python -m data_builders.download dragin-code"):
+        _builder(tmp_path / "nowhere", "attn")
+    with pytest.raises(ConfigError, match="exist for hotpotqa"):
+        _builder(tmp_path, "attn", demos="world")
+
+
+def test_the_download_command_fetches_their_code_pinned(tmp_path):
+    """From a folder mirror: the bytes pinned for the commit are accepted, others refused."""
+    from data_builders.download import download
+    from data_builders.download_sources import SOURCES
+
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    for remote in SOURCES["dragin-code"].files:
+        (mirror / remote.save_as).write_text("not their file")
+    with pytest.raises(DataError):
+        download(["dragin-code"], tmp_path / "data", show_progress=False, mirrors=[str(mirror)])
+    assert all(r.sha256 and r.size for r in SOURCES["dragin-code"].files)
+
+
+def test_token_rag_windows_are_the_authors_off_by_one():
+    """logprobs[tid:tr+1], then tid = tr + 1: a window runs one token into the next sentence, and every sentence
+    after the first starts one token late."""
+    from inference.dynamic_rag.triggers.token_rag import sentence_windows
+
+    starts = [0, 0, 0, 3, 3, 3, 3, 7]  # sentences [0, 3), [3, 7), [7, 8)
+    assert sentence_windows(starts) == [(0, 3, 0, 3), (3, 7, 4, 7), (7, 8, 8, 7)]  # the last window is empty
+
+
+def test_token_rag_query_drops_the_unsure_tokens_text_and_keeps_the_spaces():
+    from inference.dynamic_rag.queries.token_rag import TokenRagQuery
+    from inference.dynamic_rag.round_view import Event, RoundView
+
+    pieces = [" Ada", " built", " Ro", "me", ".", " Then"]
+    view = RoundView("q", pieces, [1.0] * 6, [0.0] * 6, [], [], [])
+    assert TokenRagQuery().form(view, Event(0, 0.5, 0, hits=[[2, 3]]), None) == "Ada built ."
+
+
+@pytest.mark.parametrize("method, loop", [("dragin", "attn"), ("fl-rag", "fixed"), ("fs-rag", "fixed"),
+                                          ("token-rag", "token"), ("sr-rag", "single"), ("wo-rag", "single")])
+def test_the_reference_profile_runs_rounds_to_eos_or_the_budget(method, loop):
+    """Under reference no round stops at the answer sentence or a new "Question:" line (RIND then judges what follows
+    the answer too), and the authors' prompt is joined as that method's loop of theirs joins it."""
+    from inference.dynamic_rag.dragin_settings import resolve_run
+    from inference.dynamic_rag.engine import EngineConfig
+    from inference.dynamic_rag.methods import MethodConfig
+    from inference.dynamic_rag.prompts import PromptConfig
+
+    ref = MethodConfig(method=method, dragin_profile="reference").resolved("hotpotqa", model="llama-2-7b-chat")
+    prompt, engine = resolve_run(ref, PromptConfig(prompt_style="paper"), EngineConfig(), "hotpotqa")
+    assert (engine.stop_after_answer, prompt.stop_at_question, prompt.authors_loop) == (False, False, loop)
+    assert (engine.max_new_tokens, prompt.num_demos) == (100, 8)
+    paper, _ = resolve_run(MethodConfig(method=method), PromptConfig(prompt_style="paper"), EngineConfig(), "hotpotqa")
+    assert paper.stop_at_question is True
+    if method in ("fl-rag", "fs-rag", "token-rag"):
+        assert ref.round_budget == "per_round"  # FixLengthRAG and TokenRAG give every round the full budget

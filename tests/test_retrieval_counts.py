@@ -328,3 +328,21 @@ def test_gate_methods_retrieve_at_most_once_with_the_question(method, asks, expe
     assert [retrievals(r, "round", "query") for r in records] == [
         [(n, questions[q]) for n, q in row] for row in expected]
     assert retriever.queries == [questions[q] for row in expected for _, q in row]
+
+
+def test_token_rag_judges_the_round_then_keeps_the_documents_round_whole(tokenizer, model):
+    # DRAGIN's FLARE row as their TokenRAG runs it. Round 1 (20 tokens, no documents) is judged at its end: S1's
+    # window (its 4 tokens and the next one) has mean 1-p ≈ 1/5 > 0.08 for "Rome": retrieve at token 0 with S1 minus
+    # "Rome". Round 2 is written with the documents to the full budget and kept whole, unchecked; a round 3 would
+    # have none. Their loop ends once the answer, counted by tokenizer.encode (BOS included), passes 20 tokens.
+    # Catches a documents scope of one sentence, a check of the regenerated round, a query that keeps the unsure
+    # token, and a loop that goes on past the budget.
+    method = MethodConfig(method="token-rag", dragin_profile="reference", answer_extraction="project",
+                          token_rag_threshold=0.08)
+    assert (method.docs_scope, method.round_budget) == ("next_round", "per_round")
+    [record], queries, docs = run(tokenizer, model, method, max_new_tokens=20)
+    assert retrievals(record)[0] == (1, 0, "Ada built .") and queries[0] == "Ada built ."
+    assert docs[:3] == [0, 3, 0][: len(docs)] and len(docs) in (2, 4)
+    assert field(record, "output").startswith(S1 + " " + S2 + " " + S1)  # round 2, kept whole
+    assert len(prompt_ids(tokenizer, field(record, "output"))) > 20
+    assert field(record, "generated_tokens") == 20 * len(docs)

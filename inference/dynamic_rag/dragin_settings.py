@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from adaptive_rag.plumbing.dragin_eval import dataset_kind
+from inference.dynamic_rag.prompts import AUTHORS_LOOPS
 
 ReferenceConfig = Literal["Llama2-7b-chat", "Llama2-13b-chat", "Vicuna-13b-v1.5"]
 
@@ -27,16 +28,17 @@ class Row:
     qfs_top_n: int  # retrieve_keep_top_k
     max_new_tokens: int  # generate_max_length
     num_demos: int | None  # fewshot (None: every demo of the prompt file)
+    token_threshold: float = 0.08  # their TokenRAG's hallucination_threshold (config/<model>/<dataset>/FLARE.json)
 
 
-# config/<model>/<dataset>/DRAGIN.json, read line by line
+# config/<model>/<dataset>/DRAGIN.json (and FLARE.json for the TokenRAG threshold), read line by line
 TABLE: dict[str, dict[str, Row]] = {
-    "Llama2-7b-chat": {"2wiki": Row(1.0, 25, 64, 6), "hotpotqa": Row(0.8, 35, 100, 8),
-                       "iirc": Row(0.6, 35, 128, 8), "strategyqa": Row(0.75, 35, 100, 6)},
-    "Llama2-13b-chat": {"2wiki": Row(0.8, 25, 64, 6), "hotpotqa": Row(1.2, 35, 100, 8),
-                        "iirc": Row(1.0, 25, 128, 8), "strategyqa": Row(1.3, 25, 100, 6)},
-    "Vicuna-13b-v1.5": {"2wiki": Row(1.2, 25, 64, 6), "hotpotqa": Row(1.2, 35, 100, 8),
-                        "iirc": Row(1.3, 35, 128, 8), "strategyqa": Row(1.5, 25, 100, 6)},
+    "Llama2-7b-chat": {"2wiki": Row(1.0, 25, 64, 6, 0.1), "hotpotqa": Row(0.8, 35, 100, 8, 0.08),
+                       "iirc": Row(0.6, 35, 128, 8, 0.08), "strategyqa": Row(0.75, 35, 100, 6, 0.1)},
+    "Llama2-13b-chat": {"2wiki": Row(0.8, 25, 64, 6, 0.08), "hotpotqa": Row(1.2, 35, 100, 8, 0.1),
+                        "iirc": Row(1.0, 25, 128, 8, 0.1), "strategyqa": Row(1.3, 25, 100, 6, 0.06)},
+    "Vicuna-13b-v1.5": {"2wiki": Row(1.2, 25, 64, 6, 0.1), "hotpotqa": Row(1.2, 35, 100, 8, 0.1),
+                        "iirc": Row(1.3, 35, 128, 8, 0.4), "strategyqa": Row(1.5, 25, 100, 6, 0.1)},
 }
 PAPER = Row(theta=0.8, qfs_top_n=25, max_new_tokens=100, num_demos=None)  # the paper gives no n: 25-35's low end
 DEFAULT_MAX_NEW_TOKENS = PAPER.max_new_tokens
@@ -61,11 +63,20 @@ def row_for(profile: str, config: str | None, *hints: str | None) -> Row:
 
 
 def resolve_run(method, prompt, engine, *hints: str | None):
-    """``(prompt, engine)`` with the generation length and demo count the method's profile gives for this run (an
-    explicit value wins); the method's own values (θ, top-n) come from ``method.resolved``."""
+    """``(prompt, engine)`` with what the method's profile gives for this run (an explicit value wins): the
+    generation length and demo count of its row; under ``reference`` rounds that run to EOS or the budget, as the
+    authors' loops do (no stop at the answer sentence, nor at a new "Question:" line); the authors' prompt joined as
+    the method's own loop of theirs joins it. The method's own values (θ, top-n) come from ``method.resolved``."""
     row = row_for(method.dragin_profile, method.reference_config, *hints)
+    reference = method.dragin_profile == "reference"
     if engine.max_new_tokens is None:
         engine = replace(engine, max_new_tokens=row.max_new_tokens)
+    if engine.stop_after_answer is None:
+        engine = replace(engine, stop_after_answer=not reference)
     if prompt.num_demos is None and row.num_demos is not None:
         prompt = replace(prompt, num_demos=row.num_demos)
+    if prompt.stop_at_question is None:
+        prompt = replace(prompt, stop_at_question=not reference)
+    if prompt.authors_loop is None:
+        prompt = replace(prompt, authors_loop=AUTHORS_LOOPS.get(method.trigger, "attn"))
     return prompt, engine

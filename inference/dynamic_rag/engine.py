@@ -45,7 +45,9 @@ class EngineConfig:
     # answer length budget; None: the profile's (paper 100; reference the authors' config: HotpotQA 100, 2Wiki 64,
     # IIRC 128, StrategyQA 100; inference/dynamic_rag/dragin_settings.py)
     max_new_tokens: int | None = None
-    stop_after_answer: bool = True  # stop once "the answer is ..." sentence is complete (FS/FL-RAG need it)
+    # stop once "the answer is ..." sentence is complete (FS/FL-RAG need it); None: yes, unless dragin_profile
+    # reference (the authors' rounds run to EOS or the budget; RIND judges what follows the answer too)
+    stop_after_answer: bool | None = None
     head_reduce: str = "mean"  # attention heads: mean (paper) or max
     keep_signals: bool = False  # store per-word RIND signals of every round in the record (for the trace view)
     # prefill the prompts' common head (the paper style's few-shot demos, the chat template's system turn) once and
@@ -82,6 +84,7 @@ class QuestionState:
     after_retrieval: bool = False  # the next round follows a retrieval a trigger fired
     docs_round: bool = False  # this round only writes the sentence the documents are for (docs_scope next_sentence)
     regenerating: bool = False  # the round forces an answer after " So the answer is" (answer_extraction dragin)
+    iteration_start: int = -1  # the answer's length when the authors' loop last began an iteration (per_round)
 
     def record(self, *, output_tokens: int, batch_mean_seconds: float) -> PredictionRecord:
         """The finished question's prediction record; ``output_tokens``: tokens of its output; ``batch_mean_seconds``:
@@ -105,6 +108,9 @@ class DynamicRAGEngine:
             raise ValueError(f"method '{method.method}' retrieves but no retriever was given")
         self.method = method = method.resolved(getattr(prompts.cfg, "demos", None))
         self.text = TokenText(tokenizer)
+        self._whole_round_docs = method.docs_scope == "next_round"  # TokenRAG: the documents' round is kept whole
+        self._retrieves_after_check = method.round_budget == "per_round" and method.trigger in (
+            "fixed_length", "fixed_sentence")
         needs = method.needs(self.cfg.head_reduce)  # what the method's trigger and query former read
         self.decoder = BatchDecoder(model, tokenizer,
                                     reduce="none" if "attention_per_head" in needs else self.cfg.head_reduce,
@@ -130,6 +136,8 @@ class DynamicRAGEngine:
         state.seq, state.prompt_ids, state.rounds = seq, ids, state.rounds + 1
         state.stream = self.text.stream()
         state.docs_round = state.after_retrieval and bool(state.docs) and self.method.docs_for_next_sentence_only
+        if not state.docs_round:  # a round the authors' loop starts afresh (not the one written with documents)
+            state.iteration_start = len(state.prior)
         state.view = RoundView(state.example.question, [], [], [], [], self.text.pieces(ids), eligible,
                                after_retrieval=state.after_retrieval, head_reduce=self.cfg.head_reduce)
         state.after_retrieval = False
@@ -147,7 +155,9 @@ class DynamicRAGEngine:
             return False
         if st.after_retrieval and st.docs and self.method.docs_for_next_sentence_only:
             return False
-        return dragin_eval.MARKER in st.prior or self._tokens(st.prior) > self.max_new_tokens
+        # their tests: the answer's tokens as tokenizer.encode counts them (BOS included), no progress, the marker
+        counted = len(prompt_ids(self.tokenizer, st.prior.strip()))
+        return dragin_eval.MARKER in st.prior or counted > self.max_new_tokens or len(st.prior) <= st.iteration_start
 
     # -- main loop ----------------------------------------------------------------------------------------
     def run(self, examples: list[QAExample], *, show_progress: bool = True) -> list[PredictionRecord]:
@@ -206,7 +216,7 @@ class DynamicRAGEngine:
         events: dict[int, Event] = {}
         for seq, _, sentence_end, final in synced:
             st: QuestionState = seq.key
-            if not (st.docs_round and (sentence_end or final)) and not st.regenerating \
+            if not (st.docs_round and (sentence_end or final or self._whole_round_docs)) and not st.regenerating \
                     and len(st.retrievals) < self.method.max_rounds:
                 event = check_trigger(st.view, self.method, sentence_end=sentence_end, final=final)
                 if event is not None:
@@ -216,16 +226,22 @@ class DynamicRAGEngine:
         for seq, stop, sentence_end, final in synced:
             st = seq.key
             view = st.view
-            if st.docs_round and (sentence_end or final):
-                self._end_docs_round(st, seq, final, finished, leaving, waiting)
+            if st.docs_round and (final or (sentence_end and not self._whole_round_docs)):
+                self._end_docs_round(st, seq, final and not self._whole_round_docs, finished, leaving, waiting)
                 continue
             if st.regenerating:
                 final = seq.done or stop is not None  # eval.py generates its 20 tokens to the end, then cuts
             event = events.get(id(seq))
             if event is not None:
+                self._close_round(st, seq, keep=event.keep)
+                if self._retrieves_after_check and self._answer_done(st):
+                    # FixLengthRAG tests its loop's end before it retrieves with the text just written
+                    self._keep_signals(st, view, event.keep, None, None)
+                    st.output = st.prior.strip()
+                    finished.append(seq)
+                    continue
                 query = form_query(view, event, self.method)
                 self._keep_signals(st, view, event.keep, event, query)
-                self._close_round(st, seq, keep=event.keep)
                 st.after_retrieval = True
                 to_retrieve.append((st, query, event, self._tokens(st.prior)))
                 leaving.append(seq)
@@ -305,7 +321,7 @@ class DynamicRAGEngine:
             st.output = dragin_eval.finish_regenerated(prefix, st.prior[len(prefix):]).strip()
 
     def _answer_complete(self, st: QuestionState, text: str, sentence_end: bool) -> bool:
-        return self.cfg.stop_after_answer and sentence_end and bool(ANSWER_MARKER.search(st.prior + text))
+        return self.cfg.stop_after_answer is not False and sentence_end and bool(ANSWER_MARKER.search(st.prior + text))
 
     def _keep_signals(self, st: QuestionState, view: RoundView, keep: int, event, query: str | None) -> None:
         if not self.cfg.keep_signals:

@@ -88,6 +88,8 @@ PRESETS: dict[str, Preset] = {
     "wo-rag": Preset("never", "question"), "sr-rag": Preset("single", "question"),
     "fl-rag": Preset("fixed_length", "last_window"), "fs-rag": Preset("fixed_sentence", "last_sentence"),
     "flare": Preset("flare", "flare_masked"), "dragin": Preset("rind", "qfs"), "custom": Preset(None, None),
+    # the FLARE row of DRAGIN's Table 2 as the authors' code ran it (their TokenRAG; triggers/token_rag.py)
+    "token-rag": Preset("token_rag", "token_rag"),
     # Iter-RetGen is a loop of whole generations (inference/iter_retgen/loop.py), not a trigger; the paper retrieves
     # the top-5 paragraphs (Contriever-MSMARCO)
     "iter-retgen": Preset("single", "question", "iter-retgen", top_k=5),
@@ -116,6 +118,10 @@ PROFILES: dict[str, dict[str, object]] = {
 # whole regeneration). FLARE regenerates the tentative sentence, so it always cuts at the sentence start. The
 # per-round budget is AttnWeightRAG's loop; the other loops keep the remaining budget.
 NOT_DRAGIN: dict[str, object] = {"docs_scope": "until_replaced", "truncation": "sentence", "round_budget": "remaining"}
+# The authors' FixLengthRAG (FL-RAG, FS-RAG) and TokenRAG loops give every round the full budget too; TokenRAG's
+# documents serve the one round written after its retrieval (its regeneration, kept whole).
+PER_ROUND_LOOPS = ("fixed_length", "fixed_sentence", "token_rag")
+OWN_DOCS_SCOPE = {"token_rag": "next_round"}
 
 
 @dataclass
@@ -130,7 +136,8 @@ class SharedSettings:
     # Retrieval cap per question; None: the profile's (paper 5, reference 20 = no cap within a 100-token budget)
     max_rounds: int | None = None
     dragin_profile: Profile = "paper"  # which reading of DRAGIN fills the switches left unset
-    docs_scope: Literal["until_replaced", "next_sentence"] | None = None  # for retrievals a trigger fired
+    # for retrievals a trigger fired: until_replaced, next_sentence (DRAGIN's reference) or next_round (TokenRAG)
+    docs_scope: Literal["until_replaced", "next_sentence", "next_round"] | None = None
     fixed_question_first: bool | None = None  # FL-RAG / FS-RAG retrieve with the question before generating
     keep_sentence_after_retrieval: bool = True  # the progress guarantee (module docstring)
     # None: the profile's (paper: token, cut before the triggering word; reference: sentence, cut at the start of
@@ -175,8 +182,11 @@ class MethodLogic:
             raise ValueError(f"dragin_profile must be one of {', '.join(PROFILES)}, got '{self.dragin_profile}'")
         for name, value in PROFILES[self.dragin_profile].items():
             if getattr(self, name, None) is None:
-                if name in NOT_DRAGIN and self.trigger != "rind":
+                if name in NOT_DRAGIN and self.trigger != "rind" \
+                        and not (name == "round_budget" and self.trigger in PER_ROUND_LOOPS):
                     value = NOT_DRAGIN[name]
+                if name == "docs_scope" and self.trigger in OWN_DOCS_SCOPE:
+                    value = OWN_DOCS_SCOPE[self.trigger]
                 setattr(self, name, value)
         if (self.top_k is not None and self.top_k <= 0) or self.max_rounds < 0:
             raise ValueError("top_k must be positive; max_rounds non-negative")
@@ -203,8 +213,9 @@ class MethodLogic:
 
     @property
     def docs_for_next_sentence_only(self) -> bool:
-        """After a retrieval a trigger fired, do the documents serve one sentence only (reference)?"""
-        return self.docs_scope == "next_sentence" and TRIGGERS.get(self.trigger).judges_content
+        """After a retrieval a trigger fired, do the documents serve one sentence (reference) or one round (TokenRAG)
+        only?"""
+        return self.docs_scope in ("next_sentence", "next_round") and TRIGGERS.get(self.trigger).judges_content
 
     @property
     def retrieves(self) -> bool:
@@ -228,9 +239,10 @@ class MethodLogic:
         if self.dragin_profile == "reference" and config is None:
             config = filled["reference_config"] = reference_config_for(model)
         row = row_for(self.dragin_profile, config, *dataset_hints)
-        for name in ("theta", "qfs_top_n"):
+        columns = {"theta": "theta", "qfs_top_n": "qfs_top_n", "token_rag_threshold": "token_threshold"}
+        for name, column in columns.items():
             if getattr(self, name) is None:
-                filled[name] = getattr(row, name)
+                filled[name] = getattr(row, column)
         filled.update(QUERIES.get(self.query).resolve(self, dataset_hints))
         return replace(self, **filled) if filled else self
 
