@@ -11,17 +11,31 @@ missing from one ranked after its last). Questions where the elasticsearch setti
 set are explained: a query or passage the two analyzers tokenize differently, a tie at the cut, or a score
 difference left (float rounding). Lucene needs the [lucene] extra; without it the pairs with Lucene are left out.
 Headline ``ratio``: same top-3 set, elasticsearch setting vs Lucene (vs the default when Lucene is absent).
+
+    python bench/bm25_agreement.py --world 1000000 --json runs/bench/bm25_scale.json
+
+``--world N`` measures scale instead: the embedded world scaled to N passages (``bench/scale.py``'s corpus), each
+setting built by ``python -m retrieval_adapt.build_index`` and queried by ``python -m retrieval_adapt.search`` in its
+own process under ``/usr/bin/time`` (wall time, peak RSS, the JVM's included), then a process that loads the index
+and answers ``--queries`` world questions (first answer, queries a second, best of ``--repeats``), and the top-3
+agreement of those answers. Headline ``ratio`` there: Lucene's build time over the elasticsearch setting's.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import random
+import shutil
+import sys
 import tempfile
 import time
 from itertools import combinations
+from pathlib import Path
 
 import numpy as np
 from harness import add_json_arg, load_1min, print_table, write_json
+from scale import du, measured
 from scipy.stats import kendalltau
 
 from data_builders.corpus import pool_corpus
@@ -91,6 +105,86 @@ def explain(question: str, es: tuple[list[str], list[float]], lu: tuple[list[str
     return "score"
 
 
+# build_index flags per setting
+BUILDS = {"default": ["--kind", "bm25"], "elasticsearch": ["--kind", "bm25", "--bm25_scoring", "elasticsearch"],
+          "lucene": ["--kind", "lucene"]}
+
+
+def serve(index: str, queries_file: str, out: str, repeats: int) -> None:
+    """Child mode: load the index, first answer, queries a second (best of ``repeats``); the top-10 ids to ``out``."""
+    t0 = time.perf_counter()
+    from retrieval_adapt.search import open_index
+
+    retriever = open_index(index)
+    queries = json.loads(Path(queries_file).read_text())
+    retriever.search(queries[:1], DEPTH)
+    first = time.perf_counter() - t0
+    best, hits = float("inf"), []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        hits = retriever.search(queries, DEPTH)
+        best = min(best, time.perf_counter() - start)
+    Path(out).write_text(json.dumps({"first_answer_s": first, "qps": len(queries) / best,
+                                     "ids": [[h.passage.id for h in row] for row in hits]}))
+
+
+def scale(n: int, n_queries: int, repeats: int, chunk_size: int, work: Path, keep: bool) -> dict:
+    from data_builders.readers import write_passages_jsonl
+    from data_builders.world import build_world, scale_passages
+
+    work.mkdir(parents=True, exist_ok=True)
+    world = build_world()
+    questions = [q.question for q in world.single_hop + world.two_hop + world.common_knowledge]
+    queries_file = work / "queries.json"
+    queries_file.write_text(json.dumps(random.Random(0).choices(questions, k=n_queries)))
+    corpus = work / f"corpus-{n}.jsonl"
+    write_passages_jsonl(scale_passages(world, n), corpus)
+    del world
+    settings = [s for s in BUILDS if s != "lucene" or lucene.available()]
+    if "lucene" not in settings:
+        print(f"lucene left out: {lucene.EXTRA}")
+    results: dict = {"passages": n, "queries": n_queries, "chunk_size": chunk_size}
+    rows, ids = [], {}
+    py = sys.executable
+    for name in settings:
+        index = work / f"{name}-{n}"
+        shutil.rmtree(index, ignore_errors=True)
+        load_before = load_1min()
+        chunk = ["--chunk_size", str(chunk_size)] if name != "lucene" else []
+        build_s, build_gb, _ = measured([py, "-m", "retrieval_adapt.build_index", "--corpus", str(corpus),
+                                         "--out", str(index), *BUILDS[name], *chunk])
+        query = json.loads(queries_file.read_text())[0]
+        search_s, search_gb, _ = measured([py, "-m", "retrieval_adapt.search", str(index), query, "-k", str(DEPTH)])
+        answers = work / f"{name}-answers.json"
+        _, serve_gb, _ = measured([py, __file__, "--serve", str(index), str(queries_file), str(answers),
+                                   "--repeats", str(repeats)])
+        served = json.loads(answers.read_text())
+        ids[name] = served["ids"]
+        row = {"build_s": build_s, "build_peak_gb": build_gb, "index_gb": du(index), "search_one_query_s": search_s,
+               "search_peak_gb": search_gb, "first_answer_s": served["first_answer_s"], "qps": served["qps"],
+               "serve_peak_gb": serve_gb, "load_1min": max(load_before, load_1min())}
+        results.update({f"{name}_{k}": v for k, v in row.items()})
+        rows.append([name, *row.values()])
+        if not keep:
+            shutil.rmtree(index, ignore_errors=True)
+        print(f"done {name}: {row}", file=sys.stderr, flush=True)
+    if not keep:
+        corpus.unlink()
+    print(f"{n} world passages, {n_queries} queries")
+    print_table(["setting", "build s", "build peak GB", "index GB", "1 query s", "its peak GB", "first answer s",
+                 "q/s", f"{n_queries} q peak GB", "load"], rows)
+    agree_rows = []
+    for a, b in combinations(settings, 2):
+        agree = agreement(ids[a], ids[b], 3)
+        agree_rows.append([f"{a} vs {b}", agree["top1"], agree["top3_set"], agree["kendall_tau"]])
+        results.update({f"{a}_vs_{b}_{k}": v for k, v in agree.items()})
+    print_table(["settings", "same top-1", "same top-3 set", f"Kendall tau (top-{DEPTH})"], agree_rows, ".3f")
+    if "lucene" in settings:
+        results["ratio"] = results["lucene_build_s"] / results["elasticsearch_build_s"]
+        results["ratio_of"] = "lucene build seconds / elasticsearch setting build seconds"
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", default="../shared/data/hotpotqa/dev_subsampled.jsonl",
@@ -98,8 +192,22 @@ def main() -> None:
     parser.add_argument("--format", default="ircot", help="its read_corpus format")
     parser.add_argument("-k", type=int, default=3)
     parser.add_argument("--no-lucene", action="store_true", help="leave Lucene out even when the extra is there")
+    parser.add_argument("--world", type=int, default=0, help="measure scale on the world scaled to this many passages")
+    parser.add_argument("--queries", type=int, default=200, help="--world: questions asked")
+    parser.add_argument("--repeats", type=int, default=3, help="--world: timed runs of the questions (best of)")
+    parser.add_argument("--chunk-size", type=int, default=100_000, help="--world: the bm25s builds' chunk size")
+    parser.add_argument("--workdir", default="runs/bench/bm25_agreement", help="--world: corpora and indexes")
+    parser.add_argument("--keep", action="store_true", help="--world: keep the corpus and indexes")
+    parser.add_argument("--serve", nargs=3, metavar=("INDEX", "QUERIES", "OUT"), help=argparse.SUPPRESS)
     add_json_arg(parser)
     args = parser.parse_args()
+    if args.serve:
+        serve(*args.serve, args.repeats)
+        return
+    if args.world:
+        write_json(args.json, scale(args.world, args.queries, args.repeats, args.chunk_size, Path(args.workdir),
+                                    args.keep))
+        return
 
     passages = pool_corpus([read_corpus(args.questions, format=args.format)])
     questions = [q.question for q in read_qa(args.questions)]

@@ -187,7 +187,7 @@ def tokenize_fields(passages: list[Passage], state: _State, analyzer: EnglishAna
             terms = analyzer.analyze(text)
             lens[field][i] = len(terms)
             ids[field] += [number(t, len(state.vocab)) for t in terms]
-    new = list(islice(state.vocab, before, None))
+    new = list(islice(reversed(state.vocab), len(state.vocab) - before))[::-1]  # from the end: O(new tokens)
     arrays = {"fields": {f: _field_arrays(np.asarray(ids[f], dtype=np.int64), lens[f], state, f) for f in ids},
               **_doc_arrays(passages)}
     state.n_docs += len(passages)
