@@ -45,7 +45,7 @@ from inference.commands.eval_checks import check_index_folder, check_model_name,
 from inference.dynamic_rag.methods import PRESETS
 from inference.iter_retgen.loop import IterRetGen, IterRetGenConfig, LMGenerator
 from inference.iter_retgen.prompts import PromptStyle
-from retrieval_adapt.dense import DenseRetriever
+from retrieval_adapt.dense import DenseRetriever, check_query_encoder
 from retrieval_adapt.rerankers import LLMReranker, RerankItem, build_reranker
 
 logger = logging.getLogger(__name__)
@@ -60,12 +60,15 @@ class RetrievalAdaptDataConfig:
     # Retriever whose query encoder will be adapted (an index folder built by retrieval_adapt.build_index)
     index_dir: str = "runs/index/world-minilm"
     query_encoder: str | None = None  # None: the index's own encoder
-    # The candidate pool per question: what the teacher re-ranks and the student learns to rank (not top_k, the
-    # paragraphs in y1's prompt). Paper: not published; 20-32 keeps the LLM re-ranker affordable on CPU.
-    num_candidates: int = field(default=24, metadata={
-        "help": "candidate paragraphs per question that the re-ranker scores and distillation ranks (the pool, not "
-                "top_k)"})
-    candidate_query: Literal["question", "question_y1"] = "question"  # what retrieves the candidates
+    # The candidate pool per question: what the teacher re-ranks and the student learns to rank. Eq. 3 normalises
+    # both distributions over D_{y1||q}, the paragraphs retrieved with y1 and the question: candidate_query
+    # question_y1 and, null, the top_k paragraphs of that retrieval. A larger pool (an int) gives the student
+    # more to rank; candidate_query question retrieves the pool with the question alone (this project's earlier
+    # default).
+    num_candidates: int | None = field(default=None, metadata={
+        "help": "candidate paragraphs per question that the re-ranker scores and distillation ranks; null: top_k "
+                "(the paper's D)"})
+    candidate_query: Literal["question", "question_y1"] = "question_y1"  # what retrieves the candidates
     # Generator of y1 (Iter-RetGen iteration 1)
     generator: str = "smollm2-135m"
     prompt_style: PromptStyle = "chat"
@@ -89,8 +92,12 @@ class RetrievalAdaptDataConfig:
 
     RENAMED: ClassVar[dict[str, str]] = {"k": "top_k (paragraphs retrieved for y1's prompt)"}
 
+    def pool_size(self) -> int:
+        """Candidates per question: ``num_candidates``, or the top_k paragraphs of the paper's D."""
+        return self.num_candidates if self.num_candidates is not None else self.top_k
+
     def __post_init__(self) -> None:
-        if self.num_candidates < 2:
+        if self.num_candidates is not None and self.num_candidates < 2:
             raise ValueError(f"num_candidates must be >= 2 (a distribution needs two), got {self.num_candidates}")
         if not 0.0 <= self.validation_fraction < 1.0:
             raise ValueError(f"validation_fraction must be in [0, 1), got {self.validation_fraction}")
@@ -105,7 +112,7 @@ def candidate_rows(examples: list[QAExample], y1s: list[str], y1_answers: list[s
     """Candidates (retrieved with q or y1+q), their re-ranker scores, and provenance, one row per question."""
     queries = [ex.question if cfg.candidate_query == "question" else join_query(ex.question, y)
                for ex, y in zip(examples, y1s)]
-    hits = retriever.search(queries, cfg.num_candidates)
+    hits = retriever.search(queries, cfg.pool_size())
     items = [RerankItem(ex.question, y, [h.passage for h in row], list(ex.answers))
              for ex, y, row in zip(examples, y1s, hits)]
     teacher = reranker.score_batch(items)
@@ -161,6 +168,21 @@ def row_stats(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in out.items()}
 
 
+def _score_kind(cfg: RetrievalAdaptDataConfig, models) -> str:
+    """What the stored teacher scores are (retrieval_adapt.rerankers.Reranker.score_kind): the distillation reads
+    Eq. 3's relevance probability back from them."""
+    if models is not None:
+        return getattr(models[2], "score_kind", "log_probability")
+    if cfg.reranker == "llm":
+        return "log_probability"
+    from transformers import AutoConfig
+
+    from adaptive_rag.lm.models import resolve_model
+
+    one_logit = AutoConfig.from_pretrained(resolve_model(cfg.reranker_model)).num_labels == 1
+    return "logit" if one_logit else "log_probability"
+
+
 def _load_models(cfg: RetrievalAdaptDataConfig):
     retriever = DenseRetriever.load(cfg.index_dir, query_encoder=cfg.query_encoder)
     generator = LMGenerator.from_name(cfg.generator, dtype=cfg.dtype, max_new_tokens=cfg.max_new_tokens,
@@ -183,6 +205,8 @@ def check_inputs(qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, *, models
     check_output_dir(cfg.out, flag="--out")
     if not models_given:  # test doubles replace the index and the models
         check_index_folder(cfg.index_dir, cfg.query_encoder, flag="--index_dir")
+        if cfg.query_encoder:  # a wrong size, from headers and config, before any weights load
+            check_query_encoder(cfg.index_dir, cfg.query_encoder)
         check_model_name(cfg.generator, flag="--generator")
         if not (cfg.reranker == "llm" and cfg.reranker_model == cfg.generator):
             check_model_name(cfg.reranker_model, flag="--reranker_model")
@@ -227,7 +251,8 @@ def _build(out: Path, qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, mode
     # Written beside and renamed into place: a kill mid-save never leaves a dataset/ that loads half.
     with atomic_folder(out / "dataset") as tmp:
         dataset.save_to_disk(str(tmp))
-    stats = {**row_stats(rows), "n_train": len(dataset["train"]), "n_validation": len(dataset["validation"]),
+    stats = {**row_stats(rows), "teacher_score_kind": _score_kind(cfg, models),
+             "n_train": len(dataset["train"]), "n_validation": len(dataset["validation"]),
              "built_this_run": len(todo), "questions_sha256": source_hash(qcfg.question_set(), qcfg.world()),
              "index_passages_sha256": file_hash(Path(cfg.index_dir) / "passages.jsonl"),
              **{f"this_run_{k}": round(v, 2) for k, v in timings.items()}}

@@ -25,7 +25,7 @@ from inference.commands.eval_checks import check_index_folder, check_model_name,
 from inference.dynamic_rag.methods import PRESETS
 from inference.iter_retgen.loop import IterRetGen, IterRetGenConfig, LMGenerator, iteration_curve
 from inference.iter_retgen.prompts import PromptStyle
-from retrieval_adapt.dense import DenseRetriever
+from retrieval_adapt.dense import DenseRetriever, check_query_encoder
 from retrieval_adapt.recall import recall_table
 
 CURVE_KEYS = ("answer_recall", "gold_recall", "em", "f1", "acc")
@@ -115,6 +115,7 @@ def check_inputs(qcfg: QuestionsConfig, cfg: EvaluateAdaptedConfig, *, retriever
         check_index_folder(cfg.index_dir, flag="--index_dir")
         if cfg.query_encoder:
             check_model_name(cfg.query_encoder, flag="--query_encoder")
+            check_query_encoder(cfg.index_dir, cfg.query_encoder)  # a wrong size, from headers and config
     if cfg.run_iter_retgen and not generator_given:
         check_model_name(cfg.generator, flag="--generator")
 

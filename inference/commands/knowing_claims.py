@@ -302,10 +302,15 @@ def claims_report(paths: list[str]) -> str:
             raise
         runs = []
     by_dataset: dict[str, list[EvalRun]] = defaultdict(list)
+    unfinished = []
     for r in runs:
-        if "(unfinished)" not in r.name:
+        if "(unfinished)" in r.name:
+            unfinished.append(r)
+        else:
             by_dataset[str(r.config.get("dataset"))].append(r)
     parts = ["# Claims on the knowing model (paired bootstrap 95% intervals over questions)"]
+    # A claim silently missing a row reads as a claim about fewer runs: say which folders were not used.
+    parts += [f"left out (no metrics.json): {r.folder}" for r in unfinished]
     for dataset, group in sorted(by_dataset.items()):
         if dataset.endswith("-tune"):  # a tuning half chose a setting; the claims are on the evaluation half
             continue

@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from adaptive_rag.plumbing.cli import run_cli
-from adaptive_rag.plumbing.config import config_dict, refuse_renamed
+from adaptive_rag.plumbing.config import check_yaml_values, config_dict, refuse_renamed
 from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.question_set import QuestionSet
 from data_builders.question_loader import WorldOptions, load_questions
@@ -268,6 +268,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m inference.command
     unknown = sorted(set(recipe) - known)
     if unknown:
         raise ConfigError(f"{path}: unknown field(s) {', '.join(unknown)}; known fields: {', '.join(sorted(known))}")
+    # The fixed values reach the dataclasses through set_defaults, which argparse never converts or checks: a list
+    # where a number goes would fail mid-sweep, after folders exist.
+    check_yaml_values(tuple(types), recipe, path)
     check_grid(grid, set(recipe) | flags, types, path)
     settings = settings_from(types, recipe, rest, prog)
     if not settings.get("output_dir"):  # evaluate's own default names one run; a sweep gets a folder of its own
