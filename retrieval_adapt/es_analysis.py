@@ -13,6 +13,8 @@ measured in docs/bm25_elasticsearch.md.
 
 from __future__ import annotations
 
+import re
+
 import regex
 import Stemmer
 
@@ -23,24 +25,24 @@ ENGLISH_STOP_WORDS = frozenset(
 
 MAX_TOKEN_LENGTH = 255  # StandardTokenizer's default: a longer run is cut into pieces of this length
 
-_TAIL = r"[\p{M}\p{Cf}]*"  # marks and format characters join the character before them (UAX #29 WB4)
-# ExtendNumLet (``_``, U+202F) joins, but a run of it alone is no word
+_MARK = r"\p{M}\p{Cf}"  # marks and format characters join the character before them (UAX #29 WB4)
 # ALetter (and Katakana) beyond \p{L}: letter numbers (Roman numerals), circled and squared Latin letters and
 # Katakana, modifier letters among the symbols
-_LETTER = (r"[\p{L}\p{Nd}\p{Nl}\u24b6-\u24e9\u02c2-\u02c5\u02d2-\u02d7\u02de\u02df\u02ed\u02ef-\u02ff"
-           r"\u32d0-\u32fe\u3300-\u3357\U0001f130-\U0001f149\U0001f150-\U0001f169\U0001f170-\U0001f189]")
-_WORD_CHAR = rf"[{_LETTER}--[\p{{Han}}\p{{Hiragana}}]]" + _TAIL
-_JOINER = r"[\p{Pc}\u202f]" + _TAIL
+_LETTER = (r"\p{L}\p{Nd}\p{Nl}\u24b6-\u24e9\u02c2-\u02c5\u02d2-\u02d7\u02de\u02df\u02ed\u02ef-\u02ff"
+           r"\u32d0-\u32fe\u3300-\u3357\U0001f130-\U0001f149\U0001f150-\U0001f169\U0001f170-\U0001f189")
+_JOINER = r"\p{Pc}\u202f"  # ExtendNumLet (``_``, U+202F) joins, but a run of it alone is no word
+_SINGLES = r"\p{Han}\p{Hiragana}"  # a word each
+# a run: joiners, a letter or digit, then letters, digits, joiners and marks
+_RUN = rf"[{_JOINER}]*[[{_LETTER}]--[{_SINGLES}]][[{_LETTER}{_MARK}{_JOINER}]--[{_SINGLES}]]*"
 # MidLetter and MidNumLet (with the ASCII apostrophe): a break only where no letter follows
 _MID_LETTER = "[:\u00b7\u0387\u05f4\u2027\ufe13\ufe55\uff1a.'\u2018\u2019\u2024\ufe52\uff07\uff0e]"
 # MidNum and MidNumLet: between two digits
 _MID_NUM = "[,;\u037e\u0589\u060c\u060d\u066c\u07f8\u2044\ufe10\ufe14\ufe50\ufe54\uff0c\uff1b.'\u2018\u2019\u2024" \
            "\ufe52\uff07\uff0e]"
-# and a double quote between Hebrew letters (gershayim: WB7b/c)
-_JOIN = (rf"(?:(?<=\p{{L}}{_TAIL}){_MID_LETTER}(?=\p{{L}})|(?<=\p{{Nd}}{_TAIL}){_MID_NUM}(?=\p{{Nd}})"
-         rf"|(?<=\p{{Hebrew}}{_TAIL})\"(?=\p{{Hebrew}}))")
-_RUN = rf"(?:{_JOINER})*(?:{_WORD_CHAR})(?:{_WORD_CHAR}|{_JOINER})*"
-# a word; or one Han or Hiragana character; or one emoji (Lucene 8 and later emit them as tokens)
+# runs join over a MidLetter between letters, a MidNum between digits, a double quote between Hebrew letters
+# (gershayim: WB7b/c); a mark before the middle character belongs to the letter or digit it follows
+_JOIN = (rf"(?:(?<=[\p{{L}}{_MARK}]){_MID_LETTER}(?=\p{{L}})|(?<=[\p{{Nd}}{_MARK}]){_MID_NUM}(?=\p{{Nd}})"
+         rf"|(?<=[\p{{Hebrew}}{_MARK}])\"(?=\p{{Hebrew}}))")
 # Extended_Pictographic as Unicode's emoji-data lists it (the regex module's holds the Emoji property only, so
 # "\u2605" or "\u266f" would be lost)
 _PICTOGRAPHIC = (
@@ -56,8 +58,12 @@ _PICTOGRAPHIC = (
     "\U0001f80c-\U0001f80f\U0001f848-\U0001f84f\U0001f85a-\U0001f85f\U0001f888-\U0001f88f"
     "\U0001f8ae-\U0001f8ff\U0001f90c-\U0001f93a\U0001f93c-\U0001f945\U0001f947-\U0001faff"
     "\U0001fc00-\U0001fffd")
-_EMOJI = rf"[\p{{Extended_Pictographic}}{_PICTOGRAPHIC}][\p{{M}}\p{{Cf}}\p{{Emoji_Modifier}}]*"
-_TOKEN = regex.compile(rf"{_RUN}(?:{_JOIN}{_RUN})*|[\p{{Han}}\p{{Hiragana}}]{_TAIL}|{_EMOJI}", flags=regex.V1)
+_EMOJI = rf"[\p{{Extended_Pictographic}}{_PICTOGRAPHIC}][{_MARK}\p{{Emoji_Modifier}}]*"
+# a word; or one Han or Hiragana character; or one emoji (Lucene 8 and later emit them as tokens)
+_TOKEN = regex.compile(rf"{_RUN}(?:{_JOIN}{_RUN})*|[{_SINGLES}][{_MARK}]*|{_EMOJI}", flags=regex.V1)
+# the same rules on ASCII text (most titles, many passages), with the standard library's much faster engine
+_ASCII_RUN = r"_*[A-Za-z0-9][A-Za-z0-9_]*"
+_ASCII_TOKEN = re.compile(rf"{_ASCII_RUN}(?:(?:(?<=[A-Za-z])[.':](?=[A-Za-z])|(?<=[0-9])[.,;'](?=[0-9])){_ASCII_RUN})*")
 
 # the endings whose Porter step 1 leaves "...logi" / "...bli"
 _LOGI = ("logi", "logy", "logis", "logies", "logied")
@@ -71,7 +77,7 @@ _LOWER_FIX = {"\u0130": "i"}
 
 def tokenize(text: str) -> list[str]:
     """StandardTokenizer's tokens, case kept."""
-    tokens = _TOKEN.findall(text)
+    tokens = (_ASCII_TOKEN if text.isascii() else _TOKEN).findall(text)
     if any(len(t) > MAX_TOKEN_LENGTH for t in tokens):
         tokens = [t[i:i + MAX_TOKEN_LENGTH] for t in tokens for i in range(0, len(t), MAX_TOKEN_LENGTH)]
     return tokens

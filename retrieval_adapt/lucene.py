@@ -87,7 +87,7 @@ def java():
         pass
 
     j = _Classes()
-    for name, path in {
+    classes = {
         "Paths": "java.nio.file.Paths", "ArrayList": "java.util.ArrayList",
         "FSDirectory": "org.apache.lucene.store.FSDirectory",
         "IndexWriter": "org.apache.lucene.index.IndexWriter",
@@ -105,8 +105,15 @@ def java():
         "DisjunctionMaxQuery": "org.apache.lucene.search.DisjunctionMaxQuery",
         "QueryBuilder": "org.apache.lucene.util.QueryBuilder",
         "Version": "org.apache.lucene.util.Version",
-    }.items():
-        setattr(j, name, autoclass(path))
+    }
+    try:
+        for name, path in classes.items():
+            setattr(j, name, autoclass(path))
+    except Exception as err:  # a JavaException: a JVM some other code started without Anserini's jar
+        raise ConfigError(f"Lucene's classes are not on the running JVM's classpath ({str(err)[:80]}): open Lucene "
+                          "indexes before anything else starts pyjnius") from err
+    # a query of more than 1,024 terms would fail (Elasticsearch fails it too); the bm25s setting scores it
+    j.IndexSearcher.setMaxClauseCount(1 << 20)
     j.autoclass = autoclass  # for any other class, once the classpath is set
     j.store_log = store_log  # java.util.logging holds loggers weakly: keep this one, and its level, alive
     _java = j
