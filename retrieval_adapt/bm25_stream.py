@@ -141,7 +141,7 @@ def _field_arrays(ids: np.ndarray, lens: np.ndarray, state: _State, field: str =
 
 def _doc_arrays(passages: list[Passage]) -> dict[str, Any]:
     lines = [passage_line(p) for p in passages]
-    return {"id_hash": np.array([_id_hash(p.id) for p in passages], dtype=np.uint64),
+    return {"id_hash": np.array([id_hash(p.id) for p in passages], dtype=np.uint64),
             "line_ends": np.cumsum([len(x) for x in lines], dtype=np.int64),
             "_lines": lines}
 
@@ -195,7 +195,8 @@ def tokenize_fields(passages: list[Passage], state: _State, analyzer: EnglishAna
     return arrays, new
 
 
-def _id_hash(pid: str) -> int:
+def id_hash(pid: str) -> int:
+    """8 bytes of a passage id, for the duplicate check a stream can afford."""
     return int.from_bytes(hashlib.blake2b(pid.encode("utf-8"), digest_size=8).digest(), "little")
 
 
@@ -400,9 +401,7 @@ def assemble(work: Path, manifest: _Manifest, state: _State, settings: StreamSet
             ch.close()
     if settings.scoring == "elasticsearch":
         (folder / ES_VOCAB).write_text(json.dumps(state.vocab, ensure_ascii=False), encoding="utf-8")
-        params = {"scoring": settings.scoring, "k1": settings.k1, "b": settings.b,
-                  "tie_breaker": es_scoring.TIE_BREAKER, "analyzer": EnglishAnalyzer.name, "num_docs": n_docs,
-                  "fields": field_stats}
+        params = es_params(settings, n_docs, field_stats)
     else:
         vocab = dict(state.vocab)
         vocab[""] = n_vocab  # bm25s adds the empty token after the others, outside the matrix
@@ -458,6 +457,30 @@ def es_values(df: np.ndarray, doc_len: np.ndarray, settings: StreamSettings) -> 
         return es_scoring.entry_scores(tf, doc_len[rows], idf[cols], avgdl, settings.k1, settings.b)
 
     return score, {**stats, "avgdl": float(avgdl)}
+
+
+def es_matrices(passages: list[Passage]) -> tuple[dict[str, int], dict[str, tuple], dict[str, Any]]:
+    """The ``elasticsearch`` scoring of ``passages`` all in memory: the vocabulary, each field's CSC matrix (data,
+    indices, indptr) and the index parameters, equal to what a streamed build of them writes."""
+    settings = StreamSettings(scoring="elasticsearch")
+    state = _State(FIELDS["elasticsearch"])
+    arrays, _ = tokenize_fields(passages, state, EnglishAnalyzer())
+    n_vocab = len(state.vocab)
+    matrices, stats = {}, {}
+    for field, a in arrays["fields"].items():
+        df = np.zeros(n_vocab, dtype=np.int64)
+        df[: len(state.dfs[field])] = state.dfs[field][:n_vocab]
+        values, stats[field] = es_values(df, np.asarray(a["doc_len"]), settings)
+        # one chunk: its (term, document) entries are already in CSC order
+        cols = np.repeat(np.arange(n_vocab), df)
+        matrices[field] = (values(cols, a["rows"], a["tf"]), a["rows"],
+                           np.concatenate([[0], np.cumsum(df)]).astype(np.int64))
+    return dict(state.vocab), matrices, es_params(settings, len(passages), stats)
+
+
+def es_params(settings: StreamSettings, n_docs: int, field_stats: dict[str, Any]) -> dict[str, Any]:
+    return {"scoring": settings.scoring, "k1": settings.k1, "b": settings.b, "tie_breaker": es_scoring.TIE_BREAKER,
+            "analyzer": EnglishAnalyzer.name, "num_docs": n_docs, "fields": field_stats}
 
 
 def _write_matrix(folder: Path, opened: list[_Slices], df: np.ndarray, values: ValueFn, budget: int, desc: str,

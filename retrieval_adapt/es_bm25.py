@@ -21,7 +21,7 @@ import numpy as np
 from adaptive_rag.plumbing.records import Passage
 from adaptive_rag.plumbing.retriever import Hit
 from retrieval_adapt import es_scoring
-from retrieval_adapt.bm25_stream import BM25_DIR, ES_VOCAB, FIELDS, StreamSettings, _State, es_values, tokenize_fields
+from retrieval_adapt.bm25_stream import BM25_DIR, ES_VOCAB, FIELDS, es_matrices
 from retrieval_adapt.corpus_store import damaged, index_writer, load_passages, save_store
 from retrieval_adapt.es_analysis import EnglishAnalyzer
 
@@ -50,22 +50,8 @@ class ElasticsearchBM25Retriever:
         """All in memory, the same scores a streamed build of these passages writes."""
         if not passages:
             raise ValueError("cannot build a BM25 index over an empty corpus")
-        settings = StreamSettings(scoring=SCORING)
-        state = _State(FIELDS[SCORING])
-        arrays, _ = tokenize_fields(passages, state, EnglishAnalyzer())
-        n_vocab = len(state.vocab)
-        matrices, stats = {}, {}
-        for field, a in arrays["fields"].items():
-            df = np.zeros(n_vocab, dtype=np.int64)
-            df[: len(state.dfs[field])] = state.dfs[field][:n_vocab]
-            values, stats[field] = es_values(df, np.asarray(a["doc_len"]), settings)
-            # one chunk: its (term, document) entries are already in CSC order
-            cols = np.repeat(np.arange(n_vocab), df)
-            matrices[field] = (values(cols, a["rows"], a["tf"]), a["rows"],
-                               np.concatenate([[0], np.cumsum(df)]).astype(np.int64))
-        params = {"scoring": SCORING, "k1": settings.k1, "b": settings.b, "tie_breaker": es_scoring.TIE_BREAKER,
-                  "analyzer": EnglishAnalyzer.name, "num_docs": len(passages), "fields": stats}
-        return cls(dict(state.vocab), matrices, params, passages)
+        vocab, matrices, params = es_matrices(passages)
+        return cls(vocab, matrices, params, passages)
 
     def _field_entries(self, terms: Counter) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per field, the (document, score) entries of the query's terms, a term asked twice counting twice (as

@@ -35,7 +35,7 @@ from adaptive_rag.plumbing.progress import bar_options
 from adaptive_rag.plumbing.records import Passage
 from adaptive_rag.plumbing.retriever import Hit
 from retrieval_adapt import es_scoring
-from retrieval_adapt.bm25_stream import _id_hash
+from retrieval_adapt.bm25_stream import id_hash
 from retrieval_adapt.corpus_store import (
     META,
     StoreWriter,
@@ -167,7 +167,7 @@ class LuceneRetriever:
                 doc.add(j.TextField("body", p.text, j.Store.NO))
                 writer.addDocument(doc)
                 store.add(p)
-                hashes.append(_id_hash(p.id))
+                hashes.append(id_hash(p.id))
                 n += 1
                 bar.update(1)
             bar.close()
