@@ -177,7 +177,7 @@ class DraginReplay:
             with self._timed("signals"):
                 if m.query == "qfs":
                     view = self._qfs_view(view, example, round_prior, ids, gen, event)
-                query = form_query(view, event, m)
+                query = form_query(view, event, m, self.tokenizer)
             docs = self._search(query, retrievals)
             after_retrieval = True
 

@@ -198,3 +198,25 @@ def test_the_reference_profile_runs_rounds_to_eos_or_the_budget(method, loop):
     assert paper.stop_at_question is True
     if method in ("fl-rag", "fs-rag", "token-rag"):
         assert ref.round_budget == "per_round"  # FixLengthRAG and TokenRAG give every round the full budget
+
+
+@pytest.mark.parametrize("family", ["bpe", "sentencepiece"])
+def test_the_reference_cuts_the_query_to_its_last_generator_tokens(family):
+    """Their BM25 class: left truncation to max_query_length tokens of the generator's tokenizer, decoded back; the
+    paper profile cuts words. FS-RAG's query is the last sentence, "Its port opened!" (" Its", " port", " opened",
+    "!" on both families)."""
+    from tokenizer_matrix import shared_tokenizer
+
+    from inference.dynamic_rag.methods import MethodConfig
+    from inference.dynamic_rag.queries import form_query
+    from inference.dynamic_rag.round_view import Event, RoundView
+
+    tok = shared_tokenizer(family)
+    view = RoundView("q?", [" The city was founded in 1970. Its port opened!"], [1.0], [1.0], [], [], [])
+    ref = MethodConfig(method="fs-rag", dragin_profile="reference", query_max_words=2)
+    paper = MethodConfig(method="fs-rag", query_max_words=2)
+    assert (ref.query_cut, paper.query_cut) == ("tokens", "words")
+    last_two = tok("Its port opened!", add_special_tokens=False)["input_ids"][-2:]
+    assert form_query(view, Event(0, 1.0, 1), ref, tok) == tok.decode(last_two)  # " opened!" / "opened!", as theirs
+    assert tok.decode(last_two).strip() == "opened!"
+    assert form_query(view, Event(0, 1.0, 1), paper, tok) == "port opened!"

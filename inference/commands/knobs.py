@@ -54,6 +54,7 @@ METHOD_KNOB_RULES: dict[str, Callable[[dict], bool]] = {
     "top_k": lambda m: m["trigger"] != "never",
     "max_rounds": lambda m: m["trigger"] != "never" and m["method"] != "iter-retgen",
     "query_max_words": lambda m: m["trigger"] != "never" and m["method"] != "iter-retgen",
+    "query_cut": lambda m: m["trigger"] != "never" and m["method"] != "iter-retgen",
 } | {knob: (lambda m, knob=knob: _plugin_reads(knob, m)) for knob in KNOB_OWNERS}
 READ_BY_EVERY_METHOD = frozenset({"trigger", "query"})  # a trigger or query set explicitly overrides the method's
 RETRIEVING_GATES = ("adapt-llm", "ar", "popularity")

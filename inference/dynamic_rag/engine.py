@@ -240,7 +240,7 @@ class DynamicRAGEngine:
                     st.output = st.prior.strip()
                     finished.append(seq)
                     continue
-                query = form_query(view, event, self.method)
+                query = form_query(view, event, self.method, self.tokenizer)
                 self._keep_signals(st, view, event.keep, event, query)
                 st.after_retrieval = True
                 to_retrieve.append((st, query, event, self._tokens(st.prior)))

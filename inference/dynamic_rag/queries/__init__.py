@@ -37,8 +37,14 @@ QUERIES: Registry[QueryFormer] = Registry("query", __name__)
 register_query = QUERIES.register
 
 
-def form_query(view: RoundView, event: Event, cfg: Any) -> str:
-    """The retrieval query for ``event``; falls back to the question when a former yields nothing."""
+def form_query(view: RoundView, event: Event, cfg: Any, tokenizer: Any = None) -> str:
+    """The retrieval query for ``event``, cut to its last ``query_max_words`` words, or (``query_cut: tokens``, the
+    authors' BM25 class) to its last that many generator tokens, encoded and decoded back as theirs; falls back to
+    the question when a former yields nothing."""
     q = QUERIES.get(cfg.query).form(view, event, cfg)
-    q = " ".join(q.split()[-cfg.query_max_words:])
-    return q or view.question
+    if getattr(cfg, "query_cut", "words") == "tokens" and tokenizer is not None:
+        ids = tokenizer(q, add_special_tokens=False)["input_ids"][-cfg.query_max_words:]
+        q = tokenizer.decode(ids, skip_special_tokens=True)
+    else:
+        q = " ".join(q.split()[-cfg.query_max_words:])
+    return q if q.strip() else view.question
