@@ -109,6 +109,9 @@ class AdaptDataConfig:
     # cut long gold passages so the instance stays inside max_length; the kept window holds the answer
     max_passage_words: int | None = 200
     validation_fraction: float = 0.1  # share of questions (with all their instances) in the validation split
+    # A number of instances drawn at random for validation instead (the authors: alpaca-lora's val_set_size 2000,
+    # train_test_split over instances, so a question's two instances may fall on either side); null: the fraction
+    validation_size: int | None = None
     data_seed: int = 0
     push_dataset_to_hub: str | None = None  # Hub dataset repo ORG/NAME: upload data_dir (with its card) when built
 
@@ -126,6 +129,8 @@ class AdaptDataConfig:
         for name in ("closed_book_batch_size", "closed_book_max_new_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.validation_size is not None and self.validation_size < 0:
+            raise ValueError(f"validation_size must be >= 0 or null, got {self.validation_size}")
         if self.max_passage_words is not None and self.max_passage_words < 1:
             raise ValueError(f"max_passage_words must be >= 1 or null, got {self.max_passage_words}")
         if self.dataset_format is not None and self.dataset_format not in QA_FORMATS:
@@ -227,13 +232,23 @@ def passage_cut_stats(examples: Sequence[QAExample], max_passage_words: int | No
     return {k: counts[k] for k in ("passages_cut", "passages_recentred", "answer_not_in_passages")}
 
 
-def split_rows(rows: list[dict[str, str]], validation_fraction: float, seed: int) -> DatasetDict:
-    """Train/validation by question (a question's two instances never straddle the split), seeded."""
-    qids = sorted({r["question_id"] for r in rows})
-    random.Random(f"adapt-validation:{seed}").shuffle(qids)
-    val_ids = set(qids[:int(len(qids) * validation_fraction)])
-    parts = {"train": [r for r in rows if r["question_id"] not in val_ids],
-             "validation": [r for r in rows if r["question_id"] in val_ids]}
+def split_rows(rows: list[dict[str, str]], validation_fraction: float, seed: int,
+               validation_size: int | None = None) -> DatasetDict:
+    """Train/validation by question (a question's two instances never straddle the split), seeded; with
+    ``validation_size``, that many instances drawn at random (the authors' split; all of them when there are fewer,
+    less one so training keeps an instance)."""
+    if validation_size is not None:
+        order = list(range(len(rows)))
+        random.Random(f"adapt-validation:{seed}").shuffle(order)
+        val_rows = set(order[:min(validation_size, max(0, len(rows) - 1))])
+        parts = {"train": [r for i, r in enumerate(rows) if i not in val_rows],
+                 "validation": [r for i, r in enumerate(rows) if i in val_rows]}
+    else:
+        qids = sorted({r["question_id"] for r in rows})
+        random.Random(f"adapt-validation:{seed}").shuffle(qids)
+        val_ids = set(qids[:int(len(qids) * validation_fraction)])
+        parts = {"train": [r for r in rows if r["question_id"] not in val_ids],
+                 "validation": [r for r in rows if r["question_id"] in val_ids]}
     features = Features({c: Value("string") for c in COLUMNS})
     return DatasetDict({name: Dataset.from_dict({c: [r[c] for r in part] for c in COLUMNS}, features=features)
                         for name, part in parts.items()})
@@ -353,7 +368,7 @@ def _build_locked(cfg: AdaptDataConfig, model: BaseModelConfig, out: Path, examp
         rows = algorithm1(examples, answers, judge, cfg.prompt_variant, cfg.max_passage_words, cfg.parametric_target)
     else:  # the baselines need no closed-book pass
         rows = baseline_rows(examples, cfg.mode, cfg.prompt_variant, cfg.max_passage_words)
-    dsd = split_rows(rows, cfg.validation_fraction, cfg.data_seed)
+    dsd = split_rows(rows, cfg.validation_fraction, cfg.data_seed, cfg.validation_size)
     check_schema(dsd)
     save_dataset(dsd, out / "dataset")
     if cfg.mode == "adapt":

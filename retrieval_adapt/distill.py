@@ -96,13 +96,19 @@ def _setup(cfg: DistillConfig, accelerator):
     optimizer = torch.optim.AdamW(encoder.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     scheduler = get_scheduler(cfg.lr_scheduler, optimizer, num_warmup_steps=cfg.warmup_steps,
                               num_training_steps=cfg.max_steps)
+    # Eq. 3: P_rr ∝ exp(s / tau) with s the relevance probability and tau the student's own temperature.
+    eq3 = cfg.teacher_distribution == "eq3"
+    teacher_tau = cfg.temperature if eq3 else cfg.teacher_temperature
+    probability = data.score_kind if eq3 else None
     # The loss divides teacher scores by tau_t, so the prior enters scaled by tau_t / tau to end up as s0 / tau.
-    prior = cfg.teacher_temperature / cfg.temperature if cfg.teacher_prior == "retriever" else 0.0
-    train_loader = make_loader(data.train, cfg.batch_size, cfg.query_input, shuffle=True, prior_weight=prior)
-    val_loader = make_loader(data.validation, cfg.batch_size, cfg.query_input, shuffle=False, prior_weight=prior)
+    prior = teacher_tau / cfg.temperature if cfg.teacher_prior == "retriever" else 0.0
+    train_loader = make_loader(data.train, cfg.batch_size, cfg.query_input, shuffle=True, prior_weight=prior,
+                               probability=probability)
+    val_loader = make_loader(data.validation, cfg.batch_size, cfg.query_input, shuffle=False, prior_weight=prior,
+                             probability=probability)
     encoder, optimizer, train_loader, val_loader, scheduler = accelerator.prepare(
         encoder, optimizer, train_loader, val_loader, scheduler)
-    loss_fn = KLDistillationLoss(encoder, temperature=cfg.temperature, teacher_temperature=cfg.teacher_temperature)
+    loss_fn = KLDistillationLoss(encoder, temperature=cfg.temperature, teacher_temperature=teacher_tau)
     return data, loss_fn, optimizer, scheduler, train_loader, val_loader
 
 

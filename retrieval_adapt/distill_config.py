@@ -26,7 +26,13 @@ class DistillConfig:
     max_grad_norm: float = 1.0
     # Loss (tau is not published by the paper: see retrieval_adapt.losses.KLDistillationLoss)
     temperature: float = 0.05
-    teacher_temperature: float = 1.0
+    # How the teacher's scores become P_rr. eq3: the paper's Eq. 3, P_rr ∝ exp(s/τ) with s the re-ranker's relevance
+    # probability (exp of a log-probability score, sigmoid of a one-logit cross-encoder's logit) and τ the student's
+    # own temperature (teacher_temperature is not read). softmax: softmax(score / teacher_temperature) over the raw
+    # log-domain scores, this project's earlier teacher: the one to use with an answer-likelihood teacher, whose
+    # probabilities P(answer | p) lie far below τ, so that Eq. 3 would make them all but uniform.
+    teacher_distribution: Literal["eq3", "softmax"] = "eq3"
+    teacher_temperature: float = 1.0  # teacher_distribution softmax only
     # "uniform": P_rr = softmax(t / tau_t), the paper's (and REPLUG's) teacher. "retriever": multiply in the
     # initial retriever's own distribution, P_rr ∝ exp(t / tau_t + s0 / tau), i.e. the posterior P(p | q, a) with
     # the retriever as prior when t = log P(a | p): an answer-likelihood teacher alone gives no credit to a

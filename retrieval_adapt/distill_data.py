@@ -18,6 +18,8 @@ from retrieval_adapt.dense import DenseRetriever
 logger = logging.getLogger(__name__)
 
 QueryInput = Literal["question", "question_y1"]
+ScoreKind = Literal["log_probability", "logit"]
+SCORE_KINDS = ("log_probability", "logit")
 
 
 @dataclass
@@ -33,6 +35,7 @@ class DistillData:
     train: object  # datasets.Dataset
     validation: object
     retriever: object  # retrieval_adapt.dense.DenseRetriever: passages, embeddings.npy, a fresh query encoder
+    score_kind: ScoreKind = "log_probability"  # what the stored teacher scores are (the data builder's stats.json)
 
 
 def query_text(row: dict, query_input: QueryInput) -> str:
@@ -40,9 +43,21 @@ def query_text(row: dict, query_input: QueryInput) -> str:
     return row["question"] if query_input == "question" else join_query(row["question"], row["y1"])
 
 
-def collate(rows: list[dict], query_input: QueryInput, prior_weight: float = 0.0) -> DistillBatch:
-    """Pad to the largest K. ``prior_weight`` > 0 adds the stored retriever scores to the teacher's (a retriever
-    prior: see ``DistillConfig.teacher_prior``)."""
+def relevance_probability(scores: torch.Tensor, kind: ScoreKind) -> torch.Tensor:
+    """The re-ranker's relevance probability s of Eq. 3 from a stored score: exp of a log-probability (TART's
+    relevant class, the LLM scorers), sigmoid of a one-logit cross-encoder's logit (trained as a binary classifier)."""
+    if kind == "log_probability":
+        return scores.exp()
+    if kind == "logit":
+        return torch.sigmoid(scores)
+    raise ValueError(f"unknown teacher score kind '{kind}' ({', '.join(SCORE_KINDS)})")
+
+
+def collate(rows: list[dict], query_input: QueryInput, prior_weight: float = 0.0,
+            probability: ScoreKind | None = None) -> DistillBatch:
+    """Pad to the largest K. ``probability``: the teacher scores become relevance probabilities (Eq. 3's s, read
+    from scores of that kind); None keeps them as stored. ``prior_weight`` > 0 then adds the stored retriever
+    scores to the teacher's (a retriever prior: see ``DistillConfig.teacher_prior``)."""
     k = max(len(r["candidate_positions"]) for r in rows)
     positions = torch.zeros(len(rows), k, dtype=torch.long)
     teacher = torch.zeros(len(rows), k)
@@ -51,15 +66,19 @@ def collate(rows: list[dict], query_input: QueryInput, prior_weight: float = 0.0
         n = len(r["candidate_positions"])
         positions[i, :n] = torch.tensor(r["candidate_positions"])
         teacher[i, :n] = torch.tensor(r["teacher_scores"], dtype=torch.float)
+        if probability is not None:
+            teacher[i, :n] = relevance_probability(teacher[i, :n], probability)
         if prior_weight:
             teacher[i, :n] += prior_weight * torch.tensor(r["retriever_scores"], dtype=torch.float)
         mask[i, :n] = True
     return DistillBatch([query_text(r, query_input) for r in rows], positions, teacher, mask)
 
 
-def make_loader(dataset, batch_size: int, query_input: QueryInput, *, shuffle: bool, prior_weight: float = 0.0):
+def make_loader(dataset, batch_size: int, query_input: QueryInput, *, shuffle: bool, prior_weight: float = 0.0,
+                probability: ScoreKind | None = None):
     return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle,
-                                       collate_fn=partial(collate, query_input=query_input, prior_weight=prior_weight))
+                                       collate_fn=partial(collate, query_input=query_input, prior_weight=prior_weight,
+                                                          probability=probability))
 
 
 def check_positions(dataset, passages, where: str) -> None:
@@ -109,4 +128,19 @@ def load_distill_data(data_dir: str | Path, index_dir: str | Path, *, device: st
                         source=str(index_dir))
     for split in ("train", "validation"):
         check_positions(data[split], retriever.passages, f"{path}/{split}")
-    return DistillData(data["train"], data["validation"], retriever)
+    return DistillData(data["train"], data["validation"], retriever, stored_score_kind(data_dir))
+
+
+def stored_score_kind(data_dir: str | Path) -> ScoreKind:
+    """The kind of teacher score the data builder stored (``stats.json``'s ``teacher_score_kind``); data built before
+    it was recorded held log-probabilities unless a one-logit cross-encoder scored them, which it could not say."""
+    import json
+
+    stats = Path(data_dir) / "stats.json"
+    kind = json.loads(stats.read_text(encoding="utf-8")).get("teacher_score_kind") if stats.is_file() else None
+    if kind is None:
+        logger.warning("%s records no teacher_score_kind: its scores are read as log-probabilities", data_dir)
+        return "log_probability"
+    if kind not in SCORE_KINDS:
+        raise DataError(f"unknown teacher_score_kind '{kind}' ({', '.join(SCORE_KINDS)})", source=str(stats))
+    return kind

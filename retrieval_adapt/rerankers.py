@@ -9,7 +9,13 @@ One interface, two back-ends:
   is the re-ranker's P_rr.
 * :class:`LLMReranker`: an offline scorer built from a causal LM (the embedded ``smollm2-135m``), see there.
 
-Both return one score per passage, higher = more relevant; scores are log-domain (softmax-able).
+Both return one score per passage, higher = more relevant; scores are log-domain (softmax-able). ``score_kind``
+says which: ``log_probability`` (TART's relevant class, the LLM scorers) or ``logit`` (a one-logit cross-encoder),
+so that Eq. 3's relevance probability can be read back from them (:mod:`retrieval_adapt.distill_data`).
+
+TART itself (facebook/tart-full-flan-t5-xl) ships a custom ``EncT5ForSequenceClassification`` head that
+``AutoModelForSequenceClassification`` does not know: such a checkpoint is refused in one line from its config,
+before any weights load (:func:`check_cross_encoder`).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ class Reranker:
 
     batch_size: int = 16
     show_progress: bool = False
+    score_kind: str = "log_probability"
 
     def score(self, question: str, y1: str, passages: Sequence[Passage], *,
               answers: Sequence[str] | None = None) -> list[float]:
@@ -80,12 +87,14 @@ class CrossEncoderReranker(Reranker):
         self.model, self.tokenizer = model.eval(), tokenizer
         self.use_y1, self.relevant_label = use_y1, relevant_label
         self.batch_size, self.max_length, self.show_progress = batch_size, max_length, show_progress
+        self.score_kind = "logit" if getattr(model.config, "num_labels", 2) == 1 else "log_probability"
 
     @classmethod
     def from_name(cls, name: str, **kwargs) -> CrossEncoderReranker:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         path = resolve_model(name)
+        check_cross_encoder(path)
         model = AutoModelForSequenceClassification.from_pretrained(path).to(resolve_device("auto"))
         return cls(model, AutoTokenizer.from_pretrained(path), **kwargs)
 
@@ -106,6 +115,22 @@ class CrossEncoderReranker(Reranker):
         if logits.shape[-1] == 1:
             return logits[:, 0].tolist()
         return torch.log_softmax(logits, dim=-1)[:, self.relevant_label].tolist()
+
+
+def check_cross_encoder(path: str) -> None:
+    """Refuse, in one line and before any weights load, a checkpoint whose head ``AutoModelForSequenceClassification``
+    would not build as trained: TART's ``EncT5ForSequenceClassification`` (a T5 encoder with its own classifier,
+    defined in TART's repository, not in transformers) would load as a fresh, untrained head."""
+    from transformers import AutoConfig
+
+    from adaptive_rag.plumbing.errors import ConfigError
+
+    config = AutoConfig.from_pretrained(path)
+    custom = [a for a in (getattr(config, "architectures", None) or []) if a.startswith("EncT5")]
+    if custom:
+        raise ConfigError(f"re-ranker {path}: its head {custom[0]} (TART's) is not a transformers class, and "
+                          "AutoModelForSequenceClassification would put an untrained head in its place; use a "
+                          "cross-encoder transformers can load (e.g. an MS MARCO cross-encoder) or the llm re-ranker")
 
 
 SYSTEM = "You answer questions about the given paragraph with a short phrase."

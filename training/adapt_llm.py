@@ -85,16 +85,17 @@ def check_inputs(model_cfg: BaseModelConfig, data_cfg: AdaptDataConfig, train_cf
     """Everything the job reads or writes, checked before any model loads: a mistake ends in one line at once,
     not after Algorithm 1 and training. The base model's name, the training questions' file, the output
     folders, a 4-/8-bit request without CUDA, and with ``evaluate: true`` the evaluation's questions and index."""
+    if train_cfg.load_in_4bit or train_cfg.load_in_8bit or train_cfg.precision == "fp16":
+        import torch
+
+        if not torch.cuda.is_available():  # first: the machine, before the names a GPU recipe gives
+            raise ConfigError("load_in_4bit / load_in_8bit / precision fp16 need CUDA (and bitsandbytes for 4-/8-bit); "
+                              "this machine has no CUDA: set load_in_8bit false and precision auto")
     check_model_name(model_cfg.base_model, flag="--base_model")
     check_dataset(data_cfg.question_set(), data_cfg.dataset_format)
     for flag, folder in (("--data_dir", data_cfg.data_dir), ("--output_dir", train_cfg.output_dir)):
         check_output_dir(folder, flag=flag)
     check_data_dir_mode(data_cfg.data_dir, data_cfg.mode)
-    if train_cfg.load_in_4bit or train_cfg.load_in_8bit:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError("load_in_4bit / load_in_8bit need CUDA and bitsandbytes; this machine has no CUDA")
     if eval_cfg.evaluate:
         from training.adapt_llm_eval import check_eval_inputs
 

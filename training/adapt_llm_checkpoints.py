@@ -34,7 +34,8 @@ _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 # Fields that must match for a checkpoint to be continued (others, e.g. max_steps or logging, may change).
 RESUME_KEYS = ("mode", "base_model", "data_dir", "source_sha256", "micro_batch_size", "effective_batch_size",
                "learning_rate", "ret_token_learning_rate", "max_length", "lora_r", "lora_alpha", "lora_dropout",
-               "lora_target_modules", "ret_token_training", "load_in_4bit", "load_in_8bit")
+               "lora_target_modules", "ret_token", "ret_token_training", "load_in_4bit", "load_in_8bit",
+               "keep_adapter")
 
 
 def checkpoint_complete(folder: str | Path) -> bool:

@@ -14,6 +14,8 @@ from adaptive_rag.plumbing.cards import check_repo_id
 from adaptive_rag.plumbing.question_set import QuestionSet
 
 RetTokenTraining = Literal["trainable_tokens", "modules_to_save"]
+RetToken = Literal["special", "text"]
+KeepAdapter = Literal["last", "best"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 
 
@@ -40,9 +42,13 @@ class AdaptTrainConfig:
     lora_alpha: int = 16
     lora_dropout: float = 0.05
     lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
-    # How the new <RET> row is trained. trainable_tokens: only that row of the (tied) embedding/LM head, a few KB
-    # in the adapter. modules_to_save: whole embedding and LM head matrices (heavier; use it under FSDP/ZeRO,
-    # which peft's trainable tokens do not support).
+    # What <RET> is. special: one added token whose embedding (and, untied, LM-head) rows train (the paper's
+    # wording). text: plain text the tokenizer splits into ordinary pieces, nothing added, LoRA alone learns it
+    # (the authors' finetune.py); the gate detects it as a substring and thresholds its first piece's probability.
+    ret_token: RetToken = "special"
+    # How the new <RET> row is trained (ret_token special). trainable_tokens: only that row of the (tied)
+    # embedding/LM head, a few KB in the adapter. modules_to_save: whole embedding and LM head matrices (heavier;
+    # use it under FSDP/ZeRO, which peft's trainable tokens do not support).
     ret_token_training: RetTokenTraining = "trainable_tokens"
     # Learning rate of the <RET> row (trainable_tokens only); null = learning_rate. A new row starts ~15 logits
     # below the top token, which Adam steps of 3e-4 close only after hundreds of steps: short runs need more.
@@ -56,6 +62,10 @@ class AdaptTrainConfig:
     logging_steps: int = 10
     eval_steps: int | None = 200  # validation loss every this many steps; null = never
     save_steps: int = 200
+    # Which adapter output_dir ends with. last: the last step's. best: the checkpoint with the lowest validation loss
+    # (the authors: load_best_model_at_end with eval and save every 200 steps); needs a validation split, eval_steps,
+    # and save_steps a multiple of eval_steps. train_results.json records the step kept and why ("kept").
+    keep_adapter: KeepAdapter = "last"
     save_total_limit: int = 3
     resume_from_checkpoint: str = "auto"  # auto: the last checkpoint in output_dir; "never"; or a folder
     report_to: str = "none"  # "wandb" to log there (offline unless an API key is configured); never prompts
@@ -91,6 +101,14 @@ class AdaptTrainConfig:
             raise ValueError(f"ret_token_learning_rate must be > 0 or null, got {self.ret_token_learning_rate}")
         if self.eval_steps is not None and self.eval_steps <= 0:
             raise ValueError(f"eval_steps must be > 0 or null, got {self.eval_steps}")
+        if self.ret_token not in ("special", "text"):
+            raise ValueError(f"ret_token must be special or text, got '{self.ret_token}'")
+        if self.keep_adapter not in ("last", "best"):
+            raise ValueError(f"keep_adapter must be last or best, got '{self.keep_adapter}'")
+        if self.keep_adapter == "best" and (self.eval_steps is None or self.save_steps % self.eval_steps):
+            raise ValueError(f"keep_adapter best compares the validation loss of saved checkpoints: set eval_steps "
+                             f"and make save_steps a multiple of it (got eval_steps {self.eval_steps}, save_steps "
+                             f"{self.save_steps})")
         if self.push_to_hub is not None:
 
             check_repo_id(self.push_to_hub)
@@ -115,6 +133,9 @@ class AdaptEvalConfig:
     eval_max_new_tokens: int = 20  # the authors' evaluation
     gate_rule: Literal["token", "threshold"] = "token"
     ret_threshold: float = 0.5
+    # the context prompt's passage: retrieved from eval_index (title and text), or the one each question's file ships
+    # (the authors' PopQA file: its precomputed Contriever passage; needs a reader that keeps it)
+    eval_context_source: Literal["retrieve", "file"] = "retrieve"
     sweep_thresholds: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9])
 
     RENAMED: ClassVar[dict[str, str]] = {

@@ -67,7 +67,7 @@ def gate_config(data_cfg: AdaptDataConfig, eval_cfg: AdaptEvalConfig) -> GateCon
     return GateConfig(policy="sweep", gate_rule=eval_cfg.gate_rule, ret_threshold=eval_cfg.ret_threshold,
                       top_k=eval_cfg.top_k, prompt_variant=data_cfg.prompt_variant,
                       max_passage_words=data_cfg.max_passage_words, judge=data_cfg.judge,
-                      judge_normalize=data_cfg.judge_normalize)
+                      judge_normalize=data_cfg.judge_normalize, context_source=eval_cfg.eval_context_source)
 
 
 def eval_configs(data_cfg: AdaptDataConfig, eval_cfg: AdaptEvalConfig, model_dir: str, out_dir: str | Path,
@@ -83,7 +83,8 @@ def eval_configs(data_cfg: AdaptDataConfig, eval_cfg: AdaptEvalConfig, model_dir
     gate = GateMethodConfig(gate_rule=eval_cfg.gate_rule, ret_threshold=eval_cfg.ret_threshold,
                             gate_prompt_variant=data_cfg.prompt_variant,
                             gate_max_passage_words=data_cfg.max_passage_words,
-                            gate_max_new_tokens=eval_cfg.eval_max_new_tokens, gate_all_answers=True)
+                            gate_max_new_tokens=eval_cfg.eval_max_new_tokens, gate_all_answers=True,
+                            gate_context_source=eval_cfg.eval_context_source)
     return cfg, method, PromptConfig(), EngineConfig(batch_size=eval_cfg.eval_batch_size), gate
 
 

@@ -9,6 +9,11 @@ training failed with ``AttributeError``; :func:`expose_lm_head_bias` gives the w
 wrapped layer has (``None`` for Llama's bias-free head), and then it trains.
 ``ret_token_training="modules_to_save"`` (whole embedding and LM head) remains the fallback.
 
+``ret_token: text`` is the authors' reading instead: nothing is added, ``<RET>`` stays the tokenizer's ordinary
+pieces, LoRA alone learns to write them, and the model folder records the mode for the gate
+(:mod:`inference.adapt_gate.ret_token`). ``keep_adapter: best`` ends with the checkpoint of lowest validation loss
+(the authors' ``load_best_model_at_end``); ``train_results.json``'s ``kept`` says which step and why.
+
 On an untied model (Llama-2, Mistral) the LM head has its own ``<RET>`` row, drawn around the mean of the others
 by the resize; it must train as well, or greedy decoding never emits ``<RET>``: its row is a second trainable token
 (:func:`ret_token_modules`), saved in the adapter next to the embedding's and checked by :func:`check_adapter`.
@@ -39,6 +44,7 @@ from adaptive_rag.plumbing.record_log import FolderLock
 from adaptive_rag.plumbing.wandb_logging import configure_wandb
 from data_builders.adapt_llm import AdaptDataConfig
 from data_builders.adapt_llm_prompts import RET_TOKEN
+from inference.adapt_gate.ret_token import write_marker
 from training.adapt_llm_checkpoints import (  # noqa: F401  (RESUME_KEYS: re-exported)
     RESUME_KEYS,
     SessionClock,
@@ -107,15 +113,18 @@ def ret_token_modules(model: Any) -> tuple[str, ...]:
     return (embedding,) if is_tied(model) else (embedding, head)
 
 
-def lora_config(cfg: AdaptTrainConfig, ret_id: int, tied: bool = True,
+def lora_config(cfg: AdaptTrainConfig, ret_id: int | None, tied: bool = True,
                 modules: tuple[str, str] = ("embed_tokens", "lm_head")):
     """LoRA on the target modules plus the ``<RET>`` rows: of the embedding (``modules[0]``) and, untied, of the
-    LM head (``modules[1]``); on a tied model peft ties the head's row to the embedding's by itself."""
+    LM head (``modules[1]``); on a tied model peft ties the head's row to the embedding's by itself. ``ret_token:
+    text`` (``ret_id`` None): LoRA alone, as the authors' alpaca-lora trains."""
     from peft import LoraConfig
 
     rows = modules[:1] if tied else modules
     extra: dict[str, Any] = {"trainable_token_indices": {name: [ret_id] for name in rows}}
-    if cfg.ret_token_training == "modules_to_save":
+    if cfg.ret_token == "text":
+        extra = {}
+    elif cfg.ret_token_training == "modules_to_save":
         # whole saved modules need ensure_weight_tying on a tied model, or the two copies drift apart
         extra = {"modules_to_save": list(modules), "ensure_weight_tying": tied}
     return LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
@@ -161,7 +170,7 @@ def record_adapter_base(folder: str | Path, base_name: str) -> None:
                                                   + "\n")
 
 
-def build_peft_model(model: Any, cfg: AdaptTrainConfig, ret_id: int, base_name: str):
+def build_peft_model(model: Any, cfg: AdaptTrainConfig, ret_id: int | None, base_name: str):
     """LoRA on the target modules plus a trainable ``<RET>`` row; the adapter names the base loadably
     (:func:`loadable_base`), and :func:`record_adapter_base` keeps the project's own name for it."""
     from peft import get_peft_model, prepare_model_for_kbit_training
@@ -175,7 +184,7 @@ def build_peft_model(model: Any, cfg: AdaptTrainConfig, ret_id: int, base_name: 
     # "auto" would fetch the base's config (from the hub, for a hub id) and then, as the vocabulary grew by <RET>,
     # add the whole resized matrix (~110 MB for SmolLM2) to each checkpoint; the <RET> row is in the adapter.
     peft_model.save_pretrained = functools.partial(
-        peft_model.save_pretrained, save_embedding_layers=cfg.ret_token_training == "modules_to_save")
+        peft_model.save_pretrained, save_embedding_layers=_saves_embeddings(cfg))
     return peft_model
 
 
@@ -193,10 +202,17 @@ def adapter_base_callback(base_name: str):
     return RecordBase()
 
 
+def _saves_embeddings(cfg: AdaptTrainConfig) -> bool:
+    return cfg.ret_token == "special" and cfg.ret_token_training == "modules_to_save"
+
+
 def build_optimizer(model: Any, cfg: AdaptTrainConfig) -> torch.optim.Optimizer | None:
     """AdamW with the <RET> row in its own group at ``ret_token_learning_rate``; None (the Trainer's own
     optimizer) when that is unset. The Trainer's schedule scales both groups alike."""
     if cfg.ret_token_learning_rate is None:
+        return None
+    if cfg.ret_token == "text":
+        logger.warning("ret_token_learning_rate applies to an added <RET> row; ignored with ret_token text")
         return None
     if cfg.ret_token_training != "trainable_tokens":
         logger.warning("ret_token_learning_rate applies to trainable_tokens only; ignored with %s",
@@ -222,7 +238,14 @@ def sft_config(cfg: AdaptTrainConfig, processes: int, has_eval: bool):
 
     precision = _precision(cfg)
     evaluate = has_eval and cfg.eval_steps is not None
-    return SFTConfig(
+    if cfg.keep_adapter == "best" and not evaluate:
+        raise ValueError("keep_adapter best needs a validation split (validation_fraction or validation_size) and "
+                         "eval_steps: the best adapter is the one of lowest validation loss")
+    # best: the Trainer keeps the checkpoint of lowest eval_loss out of save_total_limit's rotation and loads it
+    # at the end (the authors' load_best_model_at_end); the saved adapter is then that step's
+    best = {"load_best_model_at_end": True, "metric_for_best_model": "eval_loss",
+            "greater_is_better": False} if cfg.keep_adapter == "best" else {}
+    return SFTConfig(**best,
         output_dir=cfg.output_dir, per_device_train_batch_size=cfg.micro_batch_size,
         per_device_eval_batch_size=cfg.micro_batch_size,
         gradient_accumulation_steps=gradient_accumulation(cfg.effective_batch_size, cfg.micro_batch_size, processes),
@@ -254,6 +277,10 @@ def check_adapter(output_dir: str | Path, cfg: AdaptTrainConfig,
     with safe_open(str(path), framework="pt") as f:
         keys = list(f.keys())
         numel = sum(math.prod(f.get_slice(k).get_shape()) for k in keys)
+    if cfg.ret_token == "text":  # plain-text <RET>: no row of its own, LoRA weights are all there is
+        if not any("lora_" in k for k in keys) or numel == 0:
+            raise RuntimeError(f"{path} ({path.stat().st_size} bytes) lacks LoRA weights: keys {keys[:6]}")
+        return {"tensors": len(keys), "parameters": int(numel), "bytes": path.stat().st_size}
     marker = "{}.token_adapter.trainable_tokens_delta" if cfg.ret_token_training == "trainable_tokens" else ".{}."
     if not any("lora_" in k for k in keys) or numel == 0 or not any(marker.format(ret_modules[0]) in k for k in keys):
         raise RuntimeError(f"{path} ({path.stat().st_size} bytes) lacks LoRA or {RET_TOKEN} weights: keys {keys[:6]}")
@@ -262,6 +289,22 @@ def check_adapter(output_dir: str | Path, cfg: AdaptTrainConfig,
         raise RuntimeError(f"{path} lacks the {RET_TOKEN} row of {', '.join(missing)}: on a model with untied "
                            f"embeddings greedy decoding would never emit {RET_TOKEN}")
     return {"tensors": len(keys), "parameters": int(numel), "bytes": path.stat().st_size}
+
+
+def kept_adapter(trainer_state: Any, cfg: AdaptTrainConfig) -> dict[str, Any]:
+    """Which step's adapter ``output_dir`` holds, and why: the last step's, or (``keep_adapter: best``) the checkpoint
+    of lowest validation loss with that loss and every validation loss it was chosen from."""
+    evals = [{"step": int(e["step"]), "eval_loss": float(e["eval_loss"])}
+             for e in trainer_state.log_history if "eval_loss" in e and "step" in e]
+    if cfg.keep_adapter == "best" and trainer_state.best_model_checkpoint:
+        step = int(Path(trainer_state.best_model_checkpoint).name.rsplit("-", 1)[-1])
+        return {"step": step, "of_steps": int(trainer_state.global_step), "rule": "best validation loss",
+                "eval_loss": trainer_state.best_metric, "checkpoint": Path(trainer_state.best_model_checkpoint).name,
+                "validation_losses": evals}
+    why = "last step" if cfg.keep_adapter == "last" else "last step (no validation loss was computed)"
+    return {"step": int(trainer_state.global_step), "of_steps": int(trainer_state.global_step), "rule": why,
+            "eval_loss": evals[-1]["eval_loss"] if evals and evals[-1]["step"] == trainer_state.global_step else None,
+            "validation_losses": evals}
 
 
 def _write_outputs(output_dir: Path, model: BaseModelConfig, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig,
@@ -351,7 +394,7 @@ def _train_locked(state: Any, model_cfg: BaseModelConfig, data_cfg: AdaptDataCon
     # the <RET> row (drawn around the mean embedding) and LoRA's A matrices are random: seeded here, since the
     # trainer seeds only once it is built, so two runs of one command train the same adapter
     set_seed(train_cfg.train_seed)
-    ret_id = add_ret_token(tokenizer, model)
+    ret_id = add_ret_token(tokenizer, model) if train_cfg.ret_token == "special" else None
     ret_modules = ret_token_modules(model)
     model = build_peft_model(model, train_cfg, ret_id, base_name)
     if state.is_main_process:
@@ -378,13 +421,16 @@ def _train_locked(state: Any, model_cfg: BaseModelConfig, data_cfg: AdaptDataCon
                                     [*previous_sessions, round(session["train_runtime"], 4)],
                                     trainer.state.global_step)
     metrics["mode"] = data_cfg.mode
+    metrics["ret_token"] = train_cfg.ret_token
+    metrics["kept"] = kept_adapter(trainer.state, train_cfg)
     if state.is_main_process:
         # Trainable tokens carry the <RET> row; the resized base embedding need not be saved (peft's "auto"
         # would add the whole matrix, ~110 MB for SmolLM2, because the vocabulary grew).
-        whole = train_cfg.ret_token_training == "modules_to_save"
+        whole = _saves_embeddings(train_cfg)
         trainer.accelerator.unwrap_model(trainer.model).save_pretrained(out, save_embedding_layers=whole)
         tokenizer.save_pretrained(out)  # with <RET>: the base's embeddings are resized to len(tokenizer) first
         record_adapter_base(out, base_name)
+        write_marker(out, tokenizer, train_cfg.ret_token)  # how the gate reads <RET> from this model
         metrics["adapter"] = check_adapter(out, train_cfg, ret_modules)
         (out / "train_results.json").write_text(json.dumps(metrics, indent=2) + "\n")
         write_adapter_card(out, yaml.safe_load((out / "config.yaml").read_text()), metrics,
@@ -393,5 +439,6 @@ def _train_locked(state: Any, model_cfg: BaseModelConfig, data_cfg: AdaptDataCon
             merged = trainer.model.merge_and_unload()
             merged.save_pretrained(out / "merged")
             tokenizer.save_pretrained(out / "merged")
+            write_marker(out / "merged", tokenizer, train_cfg.ret_token)
     state.wait_for_everyone()
     return metrics

@@ -5,8 +5,11 @@
     print(format_table({"ADAPT": summarize(records)}))
 
 * ``adapt_llm``: ``parametric_prompt``; the output contains ``<RET>`` (``gate_rule="token"``, the paper) or the
-  first-token probability of ``<RET>`` exceeds ``ret_threshold`` (``"threshold"``, the authors' option) ->
-  retrieve ``top_k`` passages with the question -> ``context_prompt``. Not retrieving, the parametric output is
+  first-token probability of ``<RET>`` exceeds ``ret_threshold`` (``"threshold"``, the authors' option; for a model
+  that writes ``<RET>`` as plain text, the probability of its first piece: :mod:`inference.adapt_gate.ret_token`) ->
+  retrieve ``top_k`` passages with the question (``context_source="retrieve"``; ``"file"``: the passage the
+  question's file ships, as the authors' PopQA file) -> ``context_prompt``. A retrieved passage is shown as title
+  and text, as the authors' Contriever passages are. Not retrieving, the parametric output is
   the answer (under the threshold rule an output that still says ``<RET>`` is answered with the NR prompt, as the
   authors' script does).
 * ``never_retrieve`` (NR): the NR prompt. ``always_retrieve`` (AR): ``context_prompt`` with ``top_k`` for every
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from adaptive_rag.lm.generation import Generation, Generator, LMGenerator
+from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.records import PredictionRecord, QAExample
 from adaptive_rag.plumbing.retriever import Retriever
 from data_builders.adapt_llm import Judge, JudgeName, make_judge
@@ -46,6 +50,11 @@ from inference.dynamic_rag.methods import PRESETS
 GatePolicy = Literal["adapt_llm", "never_retrieve", "always_retrieve", "popularity", "sweep"]
 GateRule = Literal["token", "threshold"]
 GATE_POLICIES = ("adapt_llm", "never_retrieve", "always_retrieve", "popularity", "sweep")
+ContextSource = Literal["retrieve", "file"]
+CONTEXT_SOURCES = ("retrieve", "file")
+# The metadata key of a question's own passage (context_source "file"): a reader of a file that ships one per
+# question (the authors' PopQA file: its precomputed Contriever passage, title included) stores it there.
+FILE_PASSAGE_KEY = "context_passage"
 SOURCES = {"parametric_output": "parametric", "closed_book_output": "closed_book", "context_output": "context"}
 
 
@@ -69,6 +78,9 @@ class GateConfig:
     max_passage_words: int | None = 200
     judge: JudgeName = "contains"
     judge_normalize: bool = True
+    ret_watch: str = RET_TOKEN  # the token whose first-step probability is p(<RET>) (ret_token.RetSignal.watch)
+    context_source: ContextSource = "retrieve"  # retrieve with the question, or the question's own passage (file)
+    passage_title: bool = True  # a retrieved passage as "title text" (the authors' Contriever passages hold it)
 
     def __post_init__(self) -> None:
         if self.policy not in GATE_POLICIES:
@@ -79,6 +91,8 @@ class GateConfig:
             raise ValueError(f"ret_threshold must be in [0, 1], got {self.ret_threshold}")
         if self.top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+        if self.context_source not in CONTEXT_SOURCES:
+            raise ValueError(f"context_source must be one of {', '.join(CONTEXT_SOURCES)}, got '{self.context_source}'")
 
 
 @dataclass
@@ -106,10 +120,11 @@ class GateRecord:
 
 
 def model_generator(model: Any, tokenizer: Any, batch_size: int = 16, max_new_tokens: int = 20,
-                    show_progress: bool = False) -> Generator:
-    """The gate's generator: greedy, reporting p(<RET>) when the tokenizer has the token; ``show_progress``: a bar
-    per prompt set."""
-    watch = (RET_TOKEN,) if RET_TOKEN in tokenizer.get_vocab() else ()
+                    show_progress: bool = False, watch: str | None = None) -> Generator:
+    """The gate's generator: greedy, reporting the first-step probability of ``watch`` (default: ``<RET>`` when the
+    tokenizer has the token; for plain-text ``<RET>`` its first piece, :func:`~inference.adapt_gate.ret_token.
+    ret_signal`); ``show_progress``: a bar per prompt set."""
+    watch = (watch,) if watch else (RET_TOKEN,) if RET_TOKEN in tokenizer.get_vocab() else ()
     return LMGenerator(model, tokenizer, max_new_tokens=max_new_tokens, batch_size=batch_size, watch_tokens=watch,
                        show_progress=show_progress)
 
@@ -205,7 +220,7 @@ class AdaptGate:
     def _parametric(self, recs: list[GateRecord]) -> None:
         gens = self.generate([parametric_prompt(r.question, self.cfg.prompt_variant) for r in recs])
         for rec, gen in zip(recs, gens):
-            rec.parametric_output, rec.p_ret = gen.text, gen.first_token_probs.get(RET_TOKEN)
+            rec.parametric_output, rec.p_ret = gen.text, gen.first_token_probs.get(self.cfg.ret_watch)
             rec.generated_tokens += gen.num_tokens
             rec.forward_passes += gen.forward_passes
 
@@ -222,19 +237,37 @@ class AdaptGate:
         if self.inner is not None:
             self._inner_context(recs)
             return
-        if self.retriever is None:
-            raise ValueError("this policy retrieves, but the gate has no retriever")
-        hits = self.retriever.search([r.question for r in recs], self.cfg.top_k)
         prompts = []
-        for rec, row in zip(recs, hits):
-            rec.doc_ids = [h.passage.id for h in row]
-            # A query with no indexed term gets no hits: the model then sees an empty context.
-            passages = [h.passage for h in row] or [""]
+        for rec, passages in zip(recs, self._passages(recs)):
             prompts.append(context_prompt(rec.question, passages, self.cfg.prompt_variant, self.cfg.max_passage_words))
         for rec, gen in zip(recs, self.generate(prompts)):
             rec.context_output = gen.text
             rec.generated_tokens += gen.num_tokens
             rec.forward_passes += gen.forward_passes
+
+    def _passages(self, recs: list[GateRecord]) -> list[list[str]]:
+        """Each question's context passages as text (recording their ids): retrieved with the question, or the one
+        its file ships (``context_source="file"``)."""
+        if self.cfg.context_source == "file":
+            out = []
+            for rec in recs:
+                meta = self._examples[rec.question_id].metadata
+                text = meta.get(FILE_PASSAGE_KEY)
+                if not isinstance(text, str):
+                    raise DataError(f"context_source file needs each question's passage (metadata "
+                                    f"'{FILE_PASSAGE_KEY}'), as the authors' PopQA file ships it",
+                                    record=rec.question_id)
+                rec.doc_ids = [str(meta.get(f"{FILE_PASSAGE_KEY}_id", f"{rec.question_id}:file"))]
+                out.append([text])
+            return out
+        if self.retriever is None:
+            raise ValueError("this policy retrieves, but the gate has no retriever")
+        out = []
+        for rec, row in zip(recs, self.retriever.search([r.question for r in recs], self.cfg.top_k)):
+            rec.doc_ids = [h.passage.id for h in row]
+            # A query with no indexed term gets no hits: the model then sees an empty context.
+            out.append([passage_with_title(h.passage, self.cfg.passage_title) for h in row] or [""])
+        return out
 
     def _inner_context(self, recs: list[GateRecord]) -> None:
         outs = self.inner.run([self._examples[r.question_id] for r in recs])
@@ -244,6 +277,14 @@ class AdaptGate:
             rec.inner_method, rec.inner = self.inner.name, out
             rec.context_output = out.output
             rec.doc_ids = [d for r in out.retrievals for d in r.doc_ids]
+
+
+def passage_with_title(passage: Any, title: bool = True) -> str:
+    """A retrieved passage as its context line: ``title text`` (Contriever's passage text, which the authors'
+    PopQA file holds) or the text alone."""
+    text = getattr(passage, "text", passage)
+    head = (getattr(passage, "title", "") or "").strip() if title else ""
+    return f"{head} {text}" if head else text
 
 
 def _acc(recs: Sequence[GateRecord]) -> float | None:

@@ -32,6 +32,7 @@ from data_builders.adapt_llm_prompts import RET_TOKEN, PromptVariant
 from inference.adapt_gate.gate import (
     SOURCES,
     AdaptGate,
+    ContextSource,
     GateConfig,
     GateRecord,
     GateRule,
@@ -39,6 +40,7 @@ from inference.adapt_gate.gate import (
     model_generator,
     redecide,
 )
+from inference.adapt_gate.ret_token import MARKER_FILE, ret_signal
 from inference.dynamic_rag.methods import PRESETS, MethodConfig
 
 # evaluate's method name -> the gate's policy
@@ -63,6 +65,9 @@ class GateMethodConfig:
     gate_max_new_tokens: int = 20  # the authors' evaluation; an inner method uses --max_new_tokens
     # also generate the answers of the paths not taken, so every policy and threshold can be re-decided offline
     gate_all_answers: bool = False
+    # the context prompt's passage: retrieved with the question (--top_k of them, title and text), or the one the
+    # question's file ships (the authors' PopQA file: its precomputed Contriever passage, title included)
+    gate_context_source: ContextSource = "retrieve"
 
     RENAMED: ClassVar[dict[str, str]] = {"gate_k": "top_k (passages per context prompt, 1 unless set)"}
 
@@ -78,7 +83,8 @@ class GateMethodConfig:
         top_k = PRESETS[method].top_k if top_k is None else top_k
         return GateConfig(policy=GATE_METHODS[method], gate_rule=self.gate_rule, ret_threshold=self.ret_threshold,
                           popularity_threshold=self.popularity_threshold, top_k=top_k,
-                          prompt_variant=self.gate_prompt_variant, max_passage_words=self.gate_max_passage_words)
+                          prompt_variant=self.gate_prompt_variant, max_passage_words=self.gate_max_passage_words,
+                          context_source=self.gate_context_source)
 
 
 def inner_method(method: MethodConfig, gate: GateMethodConfig) -> MethodConfig | None:
@@ -152,12 +158,17 @@ def gate_runner(model: Any, tokenizer: Any, retriever: Any, method: MethodConfig
                 batch_size: int, inner: Runner | None = None, show_progress: bool = False) -> Runner:
     """``examples -> records`` for a gate method; ``inner`` answers the retrieval path when given;
     ``show_progress``: a bar per prompt set."""
-    if method.method == "adapt-llm" and RET_TOKEN not in tokenizer.get_vocab():
-        raise ConfigError(f"--method adapt-llm needs a model trained with the {RET_TOKEN} token (training/"
-                          f"adapt_llm.py); the tokenizer of '{getattr(tokenizer, 'name_or_path', '?')}' has none")
-    generator = model_generator(model, tokenizer, batch_size, gate.gate_max_new_tokens, show_progress=show_progress)
+    signal = ret_signal(tokenizer)  # an added <RET> token, or plain text as the model folder records
+    if method.method == "adapt-llm" and signal is None:
+        raise ConfigError(f"--method adapt-llm needs a model trained to answer {RET_TOKEN} (training/adapt_llm.py); "
+                          f"the tokenizer of '{getattr(tokenizer, 'name_or_path', '?')}' has no {RET_TOKEN} token and "
+                          f"its folder no {MARKER_FILE} (plain-text {RET_TOKEN}, ret_token: text)")
+    watch = signal.watch if signal is not None else None
+    generator = model_generator(model, tokenizer, batch_size, gate.gate_max_new_tokens, show_progress=show_progress,
+                                watch=watch)
     wrapped = None if inner is None else InnerMethod(gate.gate_inner, inner)
-    adapt = AdaptGate(generator, retriever, gate.gate_config(method.method, method.resolved().top_k), inner=wrapped)
+    cfg = replace(gate.gate_config(method.method, method.resolved().top_k), ret_watch=watch or RET_TOKEN)
+    adapt = AdaptGate(generator, retriever, cfg, inner=wrapped)
 
     def run(examples: list[QAExample]) -> list[PredictionRecord]:
         start = time.perf_counter()
