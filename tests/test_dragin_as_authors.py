@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from adaptive_rag.plumbing.dragin_eval import score_dragin
 from adaptive_rag.plumbing.errors import DataError
@@ -220,3 +221,68 @@ def test_the_reference_cuts_the_query_to_its_last_generator_tokens(family):
     assert form_query(view, Event(0, 1.0, 1), ref, tok) == tok.decode(last_two)  # " opened!" / "opened!", as theirs
     assert tok.decode(last_two).strip() == "opened!"
     assert form_query(view, Event(0, 1.0, 1), paper, tok) == "port opened!"
+
+
+@pytest.fixture(scope="module")
+def tagging_pipeline():
+    """A spaCy pipeline shaped like en_core_web_sm for what the reference reads of it (sentences, POS tags): a
+    sentencizer and a tagger by lexicon, built offline."""
+    import spacy
+    from spacy.language import Language
+
+    tags = {"made": "VERB", "films": "NOUN", "Osk": "PROPN", "two": "NUM", "first": "ADJ", "famously": "ADV",
+            "the": "DET", "He": "PRON", "Kelmora": "PROPN", "in": "ADP", "founded": "VERB", "1970": "NUM"}
+
+    @Language.component("lexicon_tagger_for_tests")
+    def tag(doc):
+        for token in doc:
+            token.pos_ = tags.get(token.text, "PUNCT" if not token.text.isalnum() else "X")
+        return doc
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("lexicon_tagger_for_tests")
+    return nlp
+
+
+def test_the_authors_text_rules_read_sentences_and_real_words_from_the_pipeline(tagging_pipeline):
+    from inference.dynamic_rag.signals import qfs_query_reference
+    from inference.dynamic_rag.text_units import TextRules, contains_real_word
+
+    rules = TextRules(tagging_pipeline)
+    assert rules.name == "en_core_web_sm"
+    text = " Osk famously made two films. He founded Kelmora in 1970."
+    assert [text[a:b] for a, b in rules.split(text)] == ["Osk famously made two films.", "He founded Kelmora in 1970."]
+    real = rules.real_words("Osk famously made two films.")
+    assert real == {"Osk", "made", "two", "films"}  # kept by POS: "made", "two" are spaCy stopwords, kept here
+    assert contains_real_word("films.", real) and not contains_real_word("famously", real)
+    # QFS: candidates are the words holding a real word, by the rows' weight
+    pieces = [" Osk", " famously", " made", " two", " films", "."]
+    rows = [[torch.tensor([0.1, 0.5, 0.2, 0.15, 0.05, 0.0])]]
+    assert qfs_query_reference(rows, [5], pieces, [True] * 6, {5}, 2, real) == "made two"
+    assert qfs_query_reference(rows, [5], pieces, [True] * 6, {5}, 2) == "Osk famously"  # the stopword list's
+
+
+def test_rind_content_under_the_authors_rules_is_their_real_words(tagging_pipeline):
+    from inference.dynamic_rag.methods import MethodConfig
+    from inference.dynamic_rag.round_view import RoundView
+    from inference.dynamic_rag.signals import round_word_signals
+    from inference.dynamic_rag.text_units import TextRules
+
+    pieces = [" Osk", " famously", " made", " two", " films", "."]
+    cfg = MethodConfig(method="dragin", rind_attention="paper", rind_normalisation="paper")
+    rows = [torch.full((len(pieces) + j + 1,), 1.0 / (len(pieces) + j + 1)) for j in range(len(pieces))]
+    authors = RoundView("q", list(pieces), [0.5] * 6, [1.0] * 6, rows, ["x"] * 6, [True] * 6,
+                        rules=TextRules(tagging_pipeline))
+    project = RoundView("q", list(pieces), [0.5] * 6, [1.0] * 6, rows, ["x"] * 6, [True] * 6)
+    assert [w.content for w in round_word_signals(authors, cfg)] == [True, False, True, True, True]
+    assert [w.content for w in round_word_signals(project, cfg)] == [True, True, False, False, True]
+
+
+def test_without_en_core_web_sm_the_reference_warns_once_and_records_the_rules(monkeypatch):
+    import inference.dynamic_rag.text_units as tu
+
+    monkeypatch.setattr(tu, "spacy_pipeline", lambda: None)
+    with pytest.warns(UserWarning, match="en_core_web_sm"):
+        assert tu.text_rules("authors").name == "rules"
+    assert tu.text_rules("rules") is tu.PROJECT_RULES

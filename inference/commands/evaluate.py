@@ -63,6 +63,7 @@ from inference.dynamic_rag.dragin_settings import DEFAULT_MAX_NEW_TOKENS, resolv
 from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
 from inference.dynamic_rag.methods import PRESETS, MethodConfig
 from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
+from inference.dynamic_rag.text_units import text_rules
 from inference.iter_retgen.loop import IterRetGen, IterRetGenConfig, LMGenerator
 
 DEFAULT_OUTPUT_ROOT = "runs/eval"
@@ -299,6 +300,8 @@ def write_metrics(out: Path, examples: list[QAExample], cfg: EvalConfig, method:
     metrics.update({"method": method.method, "model": cfg.model, "dataset": cfg.dataset})
     if method.method in GATE_METHODS:
         metrics["gate_inner"] = gate.gate_inner
+    if PRESETS[method.method].runner == "engine":  # which sentence splitter and content-word test ran
+        metrics["text_rules"] = text_rules(method.text_rules).name
     write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2))
     print(json.dumps(metrics, indent=2))
     log_run(cfg.report_to, job="evaluate", name=cfg.run_name or out.name, folder=out,

@@ -33,7 +33,7 @@ from inference.dynamic_rag.methods import MethodConfig
 from inference.dynamic_rag.prompts import PromptBuilder
 from inference.dynamic_rag.queries import form_query
 from inference.dynamic_rag.round_view import Event, RoundView
-from inference.dynamic_rag.text_units import PieceStream, TokenText, ends_sentence
+from inference.dynamic_rag.text_units import PieceStream, TokenText, ends_sentence, text_rules
 from inference.dynamic_rag.triggers import TRIGGERS, check_trigger
 
 ANSWER_MARKER = re.compile(r"the answer is", re.IGNORECASE)
@@ -108,6 +108,7 @@ class DynamicRAGEngine:
             raise ValueError(f"method '{method.method}' retrieves but no retriever was given")
         self.method = method = method.resolved(getattr(prompts.cfg, "demos", None))
         self.text = TokenText(tokenizer)
+        self.rules = text_rules(method.text_rules)  # the authors' spaCy parser under reference, when installed
         self._whole_round_docs = method.docs_scope == "next_round"  # TokenRAG: the documents' round is kept whole
         self._retrieves_after_check = method.round_budget == "per_round" and method.trigger in (
             "fixed_length", "fixed_sentence")
@@ -139,7 +140,8 @@ class DynamicRAGEngine:
         if not state.docs_round:  # a round the authors' loop starts afresh (not the one written with documents)
             state.iteration_start = len(state.prior)
         state.view = RoundView(state.example.question, [], [], [], [], self.text.pieces(ids), eligible,
-                               after_retrieval=state.after_retrieval, head_reduce=self.cfg.head_reduce)
+                               after_retrieval=state.after_retrieval, head_reduce=self.cfg.head_reduce,
+                               rules=self.rules)
         state.after_retrieval = False
         return seq
 

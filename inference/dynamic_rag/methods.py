@@ -105,11 +105,13 @@ PROFILES: dict[str, dict[str, object]] = {
     "paper": {"rind_attention": "paper", "rind_normalisation": "paper", "content_filter": "score",
               "rind_scope": "sentence", "docs_scope": "until_replaced", "qfs_attention": "paper",
               "fixed_question_first": False, "max_rounds": 5, "answer_extraction": "project",
-              "round_budget": "remaining", "truncation": "token", "query_cut": "words"},
+              "round_budget": "remaining", "truncation": "token", "query_cut": "words",
+              "text_rules": "rules"},
     "reference": {"rind_attention": "reference", "rind_normalisation": "reference", "content_filter": "after_threshold",
                   "rind_scope": "round", "docs_scope": "next_sentence", "qfs_attention": "reference",
                   "fixed_question_first": True, "max_rounds": 20, "answer_extraction": "dragin",
-                  "round_budget": "per_round", "truncation": "sentence", "query_cut": "tokens"},
+                  "round_budget": "per_round", "truncation": "sentence", "query_cut": "tokens",
+                  "text_rules": "authors"},
 }
 
 
@@ -147,6 +149,10 @@ class SharedSettings:
     # words; or tokens: the authors' BM25 class cuts the query to its last max_query_length generator tokens (left
     # truncation) and decodes it back. None: the profile's (paper: words, reference: tokens)
     query_cut: Literal["words", "tokens"] | None = None
+    # how sentences and content words are found: rules (a rule-based sentencizer, spaCy's stopword list) or authors
+    # (spaCy's en_core_web_sm parser and its real words by POS tag, when installed: the [dragin] extra). None: the
+    # profile's (paper: rules, reference: authors)
+    text_rules: Literal["rules", "authors"] | None = None
     # project: the last "the answer is"/"Answer:" marker (adaptive_rag.plumbing.metrics.extract_answer); dragin: the
     # authors' eval.py (cut at "Question:"/"Note:", 20 tokens forced after " So the answer is" when it is missing,
     # the first marker; adaptive_rag.plumbing.dragin_eval). None: the profile's (paper: project, reference: dragin)

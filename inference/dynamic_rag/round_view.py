@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from inference.dynamic_rag.text_units import split_sentences
+from inference.dynamic_rag.text_units import PROJECT_RULES, TextRules
 
 
 @dataclass
@@ -29,6 +29,7 @@ class RoundView:
     authors_attention: torch.Tensor | None = None
     # attention_pass authors, set when a trigger fired: the QFS pass over question + text + the triggering sentence
     authors_qfs: Any = None  # inference.dynamic_rag.authors_pass.QfsPass
+    rules: TextRules = PROJECT_RULES  # how sentences and content words are found (text_rules)
 
     @property
     def text(self) -> str:
@@ -76,7 +77,7 @@ class RoundView:
         for p in self.pieces:
             offsets.append(pos)
             pos += len(p)
-        span_starts = [s for s, _ in split_sentences(self.text)] or [0]
+        span_starts = [s for s, _ in self.rules.split(self.text)] or [0]
         starts, first_token, current = [], 0, -1
         for i, off in enumerate(offsets):
             # the sentence a token belongs to: the last span starting at or before the token's last character
@@ -97,7 +98,7 @@ class RoundView:
         return next((i for i in range(token + 1, len(starts)) if starts[i] != starts[token]), len(starts))
 
     def last_sentence(self) -> str:
-        spans = split_sentences(self.text)
+        spans = self.rules.split(self.text)
         return self.text[spans[-1][0]:spans[-1][1]].strip() if spans else ""
 
     def first_unchecked(self, keep_sentence_after_retrieval: bool) -> int:

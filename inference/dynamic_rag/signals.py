@@ -154,6 +154,22 @@ def rind_word_scores(pieces: list[str], entropies: list[float], amax: torch.Tens
     return scores
 
 
+def _real_word_content(view, words: list[WordScore], rules) -> list[WordScore]:
+    """Content flags as ``check_real_words`` sets them: a word counts when it contains a real word (NOUN, ADJ, VERB,
+    PROPN, NUM) of its sentence as the spaCy pipeline tags it."""
+    from inference.dynamic_rag.text_units import contains_real_word
+
+    real: dict[int, frozenset[str]] = {}
+    out = []
+    for w in words:
+        start = view.sentence_start(w.tokens[0])
+        if start not in real:
+            real[start] = rules.real_words("".join(view.pieces[start:view.sentence_end(start)]).strip())
+        out.append(WordScore(w.word, w.tokens, w.entropy, w.attention,
+                             has_text(w.word) and contains_real_word(w.word, real[start])))
+    return out
+
+
 def renormalise_like_reference(scores: list[WordScore], sentence_of_word: list[int]) -> list[WordScore]:
     """The reference code's variant (not in the paper): within each sentence, attention is renormalised to sum
     to 1 and multiplied by the sentence's word count. Kept as a switch (``rind_normalisation: reference``)."""
@@ -186,12 +202,16 @@ def qfs_query(row: torch.Tensor, pieces: list[str], eligible: list[bool], top_n:
 
 
 def qfs_query_reference(rows_before: list[list[torch.Tensor]], hit_starts: list[int], pieces: list[str],
-                        eligible: list[bool], exclude: set[int], top_n: int) -> str:
+                        eligible: list[bool], exclude: set[int], top_n: int,
+                        real_words: frozenset[str] | None = None) -> str:
     """QFS as the reference code computes it (``keep_real_words``): for each hit word starting at position ``r0``
     and each of its tokens i, the attention row of position i-1 over positions before ``r0`` (eligible ones only,
     renormalised to sum 1), averaged over the word's tokens; those averaged over the hit words; a candidate word's
     weight is the sum over its tokens. The ``top_n`` heaviest content words, hit words (positions in ``exclude``)
     left out, joined in text order.
+
+    ``real_words``: the reference's real words of the whole text (``keep_real_words``: a word is a candidate when one
+    of them is a substring of it); None: the project's stopword test.
 
     ``rows_before[h][t]`` is the (head-averaged) row of the position before token t of hit word h, over at least
     ``hit_starts[h]`` positions; ``pieces`` and ``eligible`` cover every position that may fill the query (the
@@ -214,7 +234,8 @@ def qfs_query_reference(rows_before: list[list[torch.Tensor]], hit_starts: list[
     candidates = []
     for idx in group_words(pieces):
         text = "".join(pieces[i] for i in idx).strip()
-        if all(eligible[i] for i in idx) and not exclude.intersection(idx) and is_content_word(text):
+        content = is_content_word(text) if real_words is None else any(r in text for r in real_words)
+        if all(eligible[i] for i in idx) and not exclude.intersection(idx) and content:
             candidates.append((float(weight[idx].sum()), idx[0], text))
     best = sorted(candidates, key=lambda c: -c[0])[:top_n]
     return " ".join(word for _, _, word in sorted(best, key=lambda c: c[1]))
@@ -252,6 +273,9 @@ def round_word_signals(view, cfg) -> list[WordScore]:
         attention = a_max([view.row(j) for j in range(len(view.rows))], prompt_len, n)
     words = rind_word_scores(view.pieces, view.entropies, attention, entropy_agg=cfg.entropy_agg,
                              attention_agg=cfg.attention_agg)
+    rules = getattr(view, "rules", None)
+    if rules is not None and rules.nlp is not None:  # the reference's real words of each word's own sentence
+        words = _real_word_content(view, words, rules)
     if cfg.rind_normalisation == "reference":
         words = renormalise_like_reference(words, [view.sentence_start(w.tokens[0]) for w in words])
     if hasattr(view, "__dict__"):

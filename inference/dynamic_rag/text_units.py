@@ -47,6 +47,75 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+# spaCy's part-of-speech tags that DRAGIN's reference keeps as "real words" (src/generate.py, check_real_words and
+# keep_real_words)
+REAL_WORD_TAGS = frozenset({"NOUN", "ADJ", "VERB", "PROPN", "NUM"})
+SPACY_MODEL = "en_core_web_sm"
+_MISSING_MODEL = (f"DRAGIN's reference splits sentences and picks real words with spaCy's {SPACY_MODEL} parser, "
+                  "which is not installed (pip install -e '.[dragin]', or python -m spacy download "
+                  "en_core_web_sm): the project's rules run instead (a rule-based sentencizer, spaCy's stopword list)")
+
+
+@lru_cache(maxsize=1)
+def spacy_pipeline():
+    """``en_core_web_sm`` loaded once, or None when it is not installed."""
+    try:
+        import spacy
+
+        return spacy.load(SPACY_MODEL)
+    except (ImportError, OSError):
+        return None
+
+
+class TextRules:
+    """How a round's sentences and content words are found: the project's rules (``nlp`` None), or a spaCy pipeline
+    with a parser and a tagger (DRAGIN's reference: ``en_core_web_sm``), whose sentences are its parser's and whose
+    content words are the words that contain one of its "real words" (:data:`REAL_WORD_TAGS`), as the reference's
+    substring test has it."""
+
+    def __init__(self, nlp=None, name: str | None = None):
+        self.nlp = nlp
+        self.name = name or ("rules" if nlp is None else SPACY_MODEL)
+
+    def split(self, text: str) -> list[tuple[int, int]]:
+        if self.nlp is None:
+            return split_sentences(text)
+        spans = []
+        for sent in self.nlp(text).sents:  # their sentences are stripped and empty ones dropped
+            stripped = sent.text.strip()
+            if stripped:
+                start = sent.start_char + sent.text.index(stripped)
+                spans.append((start, start + len(stripped)))
+        return spans
+
+    def real_words(self, text: str) -> frozenset[str] | None:
+        """The reference's real words of ``text`` (None under the project's rules)."""
+        if self.nlp is None:
+            return None
+        return frozenset(token.text for token in self.nlp(text) if token.pos_ in REAL_WORD_TAGS)
+
+
+PROJECT_RULES = TextRules()
+
+
+def text_rules(which: str) -> TextRules:
+    """``rules``: the project's; ``authors``: en_core_web_sm when installed, else the project's with one warning."""
+    if which != "authors":
+        return PROJECT_RULES
+    nlp = spacy_pipeline()
+    if nlp is None:
+        import warnings
+
+        warnings.warn(_MISSING_MODEL, stacklevel=2)
+        return PROJECT_RULES
+    return TextRules(nlp)
+
+
+def contains_real_word(word: str, real: frozenset[str]) -> bool:
+    """The reference's ``match``: a word is kept when one of the real words is a substring of it."""
+    return any(r in word for r in real)
+
+
 class TokenText:
     """Maps token ids to the text pieces they contribute, so that ``"".join(pieces(ids)) == decode(ids)`` with the
     leading space a SentencePiece decoder strips kept (:func:`adaptive_rag.lm.tokenization.decode_continuation`).

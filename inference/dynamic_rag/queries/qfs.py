@@ -50,16 +50,23 @@ def _reference(view: RoundView, event: Event, top_n: int) -> str:
     end = view.sentence_end(event.token)
     hits = event.hits or [[event.token]]
     qp = view.authors_qfs
+    rules = getattr(view, "rules", None)
+    nlp = rules is not None and rules.nlp is not None
     if qp is not None:  # attention_pass authors: the reference's own pass, without demos or documents
         rows = [[qp.weights[qp.offset + t - 1] for t in word] for word in hits]
         # every column normalises, the BOS's too, as keep_real_words does; the BOS is never a query word
-        return signals.qfs_query_reference(rows, [qp.offset + word[0] for word in hits], qp.pieces[:qp.offset + end],
+        pieces = qp.pieces[:qp.offset + end]
+        return signals.qfs_query_reference(rows, [qp.offset + word[0] for word in hits], pieces,
                                            [True] * (qp.offset + end),
-                                           {qp.offset + t for word in hits for t in word} | set(range(qp.bos)), top_n)
+                                           {qp.offset + t for word in hits for t in word} | set(range(qp.bos)), top_n,
+                                           rules.real_words("".join(pieces).strip()) if nlp else None)
     p = len(view.prompt_pieces)
     rows_before = [[row if (row := view.row_before(t)) is not None else reduce_heads(view.rows[t], "mean")
                     for t in word] for word in hits]
     exclude = {p + t for word in hits for t in word}
+    # the reference tags question + answer so far + this round (the prompt's demos and documents are not its text)
+    text = "".join(piece for piece, ok in zip(view.prompt_pieces, view.eligible) if ok) + "".join(view.pieces[:end])
+    real = rules.real_words(text.strip()) if nlp else None
     return signals.qfs_query_reference(rows_before, [p + word[0] for word in hits],
                                        view.prompt_pieces + view.pieces[:end], view.eligible + [True] * end,
-                                       exclude, top_n)
+                                       exclude, top_n, real)
