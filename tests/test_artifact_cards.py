@@ -214,7 +214,7 @@ def test_retrieval_adapt_data_card(distill_setup, tmp_path):
     card = DatasetCard.load(write_dataset_card(folder, stats, configs, kind="retrieval_adapt"))
     assert card.data.task_categories == ["text-retrieval"]
     for expected in ("| dataset | world-two-hop |", "| index_dir | runs/index/x |", f"| questions_sha256 | {SHA} |",
-                     "candidate_positions", "num_candidates: 24"):
+                     "candidate_positions", "num_candidates: null"):  # null: the top_k candidates of Eq. 3
         assert expected in card.text
     hub_like = load_dataset(str(folder), cache_dir=str(tmp_path / "hf-cache"))
     assert hub_like["train"].num_rows + hub_like["validation"].num_rows == 6

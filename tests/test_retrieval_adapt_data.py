@@ -66,6 +66,7 @@ def _models(world):
 
 def _configs(out: Path, **kw):
     qcfg = QuestionsConfig(dataset="world-two-hop", shuffle_seed=0, start=0, limit=5)
+    kw.setdefault("candidate_query", "question")  # these counts assume candidates retrieved with the question alone
     cfg = RetrievalAdaptDataConfig(out=str(out), num_candidates=4, batch_size=2, validation_fraction=0.4,
                                    show_progress=False, **kw)
     return qcfg, cfg
@@ -118,8 +119,9 @@ def test_resume_refuses_other_settings(world, tmp_path):
     build(qcfg, _configs(tmp_path / "d", rerank_batch_size=4)[1], models=_models(world))  # speed only: fine
     build(QuestionsConfig(dataset="world-two-hop", shuffle_seed=0, start=2, limit=2), cfg, models=_models(world))
     with pytest.raises(FolderInUseError, match=r"rows made with other settings \(num_candidates: 4 -> 8\)"):
-        build(qcfg, RetrievalAdaptDataConfig(out=str(tmp_path / "d"), num_candidates=8, batch_size=2,
-                                             validation_fraction=0.4), models=_models(world))
+        other = RetrievalAdaptDataConfig(out=str(tmp_path / "d"), num_candidates=8, batch_size=2,
+                                         validation_fraction=0.4, candidate_query="question")
+        build(qcfg, other, models=_models(world))
 
 
 def test_split_is_independent_of_order():

@@ -55,6 +55,7 @@ METHOD_KNOB_RULES: dict[str, Callable[[dict], bool]] = {
     "max_rounds": lambda m: m["trigger"] != "never" and m["method"] != "iter-retgen",
     "query_max_words": lambda m: m["trigger"] != "never" and m["method"] != "iter-retgen",
     "query_cut": lambda m: m["trigger"] != "never" and m["method"] != "iter-retgen",
+    "text_rules": lambda m: m["method"] in ENGINE_METHODS,
 } | {knob: (lambda m, knob=knob: _plugin_reads(knob, m)) for knob in KNOB_OWNERS}
 READ_BY_EVERY_METHOD = frozenset({"trigger", "query"})  # a trigger or query set explicitly overrides the method's
 RETRIEVING_GATES = ("adapt-llm", "ar", "popularity")
@@ -72,6 +73,7 @@ GATE_KNOB_RULES: dict[str, Callable[[dict], bool]] = {
     "ret_threshold": lambda c: c["method"] == "adapt-llm" and c["gate_rule"] == "threshold",
     "popularity_threshold": lambda c: c["method"] == "popularity",
     "gate_inner": lambda c: c["method"] in RETRIEVING_GATES,
+    "gate_context_source": lambda c: c["method"] in RETRIEVING_GATES,
     "gate_max_passage_words": _single_context,
 }
 READ_BY_EVERY_GATE = frozenset({"gate_prompt_variant", "gate_max_new_tokens", "gate_all_answers"})
