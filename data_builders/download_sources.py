@@ -55,6 +55,8 @@ SQUAD = "https://rajpurkar.github.io/SQuAD-explorer/dataset"
 # holds the same files (the published sha256 below is reproduced from that repository's blobs)
 SQUAD_RAW = "https://raw.githubusercontent.com/rajpurkar/SQuAD-explorer/master/dataset"
 HOTPOT = "http://curtis.ml.cmu.edu/datasets/hotpot"
+ADAPT_LLM_COMMIT = "68f68f8a67ecb9d20721a8db89622380312efbb2"  # tLabruna/Adapt-LLM
+ADAPT_LLM_RAW = f"https://raw.githubusercontent.com/tLabruna/Adapt-LLM/{ADAPT_LLM_COMMIT}"
 
 SOURCES: dict[str, Source] = {s.name: s for s in (
     Source(
@@ -63,6 +65,15 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
         questions=(("test.tsv", "popqa_tsv"),),
         hub={"repo_id": "akariasai/PopQA", "revision": POPQA_REVISION, "split": "test"},
         license="MIT", note="the authors' hub copy (the same rows as popQA.tsv in AlexTMallen/adaptive-retrieval)"),
+    Source(
+        "popqa-adapt-llm", "ADAPT-LLM: the authors' PopQA evaluation file (3,567 questions, each with its "
+        "precomputed Contriever passage: --gate_context_source file)",
+        # size and sha256 of the blob at the pinned commit, checked against a clone of the repository
+        (RemoteFile(f"{ADAPT_LLM_RAW}/retrieve-token/generate_dataset/evaluate_format/popqa_test_test.json",
+                    "popqa_test_test.json", size=3485365,
+                    sha256="c50dbff9fde41aa4e50851c268f9e479257faaf1e21038afba28167060d6e9c0"),),
+        questions=(("popqa_test_test.json", "adapt_llm_popqa"),), license="see the repository",
+        note=f"tLabruna/Adapt-LLM at commit {ADAPT_LLM_COMMIT}"),
     Source(
         "nq-open", "ADAPT-LLM: training set (train) and an evaluation set (dev, the 'NQ test' of ODQA papers)",
         (RemoteFile(f"{NQ_RAW}/NQ-open.dev.jsonl", "NQ-open.dev.jsonl",  # checked against a byte copy

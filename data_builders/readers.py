@@ -79,6 +79,7 @@ QAFormat = Literal[
     "qa_json",
     "dpr_qa_tsv",
     "iirc",
+    "adapt_llm_popqa",
 ]
 CorpusFormat = Literal["passages_jsonl", "dpr_tsv", "flashrag_jsonl", "title_text_json", "strategyqa_paragraphs"]
 QA_FORMATS: tuple[str, ...] = get_args(QAFormat)
@@ -186,6 +187,7 @@ _QA_PARSERS: dict[str, tuple[Callable[[Path], list[Record]], Parser]] = {
     "qa_json": (load_json_records, lambda p, r: rel.parse_plain_qa(r, dataset_name(p))),
     "dpr_qa_tsv": (rel.load_dpr_qa_tsv, lambda p, r: rel.parse_plain_qa(r, dataset_name(p))),
     "iirc": (load_json_records, lambda p, r: parse_iirc(r)),
+    "adapt_llm_popqa": (load_json_records, lambda p, r: proc.parse_adapt_llm_popqa(r)),
 }
 _CORPUS_READERS: dict[str, Callable[[Path], list[tuple[Loc, Passage]]]] = {
     "passages_jsonl": lambda p: [
@@ -210,7 +212,9 @@ def _sniff_record(obj: Any, suffix: str) -> str | None:
     if not isinstance(obj, dict):
         return None
     keys = set(obj)
+    first = next(iter(obj.values()), None)
     rules: list[tuple[bool, str]] = [
+        (isinstance(first, dict) and {"possible_answers", "contriever_passage"} <= set(first), "adapt_llm_popqa"),
         (isinstance(obj.get("data"), list), "squad"),
         (isinstance(obj.get("dev"), list) or bool({"possible_answers", "s_pop"} & keys), "popqa_json"),
         ({"question_text", "answers_objects"} <= keys, "ircot"),

@@ -117,6 +117,25 @@ def parse_popqa_json(records: list[Record]) -> Iterator[Parsed]:
             yield _popqa_record(loc, rec, None)
 
 
+def parse_adapt_llm_popqa(records: list[Record]) -> Iterator[Parsed]:
+    """The ADAPT-LLM authors' PopQA evaluation file (``popqa_test_test.json``, 3,567 questions): one object keyed by
+    question id, each with ``question``, ``possible_answers``, ``s_pop`` and the precomputed ``contriever_passage``
+    (its title run into the text), which becomes ``metadata["context_passage"]`` (``--gate_context_source file``)."""
+    for loc, top in records:
+        if not isinstance(top, dict):
+            raise loc.error("expected one object keyed by question id")
+        for qid, rec in top.items():
+            sub = loc.sub(f"question {qid}")
+            if not isinstance(rec, dict):
+                raise sub.error("expected an object")
+            example = popqa_example(rec, sub, str(qid), "question", "possible_answers")
+            passage = rec.get("contriever_passage")
+            if not isinstance(passage, str):
+                raise sub.error("expected a string", field="contriever_passage")
+            example.metadata["context_passage"] = passage
+            yield Parsed(example)
+
+
 def _popqa_record(loc: Loc, rec: Any, split: str | None) -> Parsed:
     question_key = "question" if isinstance(rec, dict) and "question" in rec else "input"
     answers_key = "possible_answers" if isinstance(rec, dict) and "possible_answers" in rec else "output"

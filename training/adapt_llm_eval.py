@@ -43,7 +43,7 @@ def check_eval_inputs(data_cfg: AdaptDataConfig, eval_cfg: AdaptEvalConfig) -> i
     examples = eval_questions(data_cfg, eval_cfg)
     if not examples:
         raise DataError("no questions to evaluate on", source=eval_cfg.eval_dataset)
-    if eval_cfg.eval_index != "world":
+    if eval_cfg.eval_index != "world" and eval_cfg.eval_context_source != "file":
         check_index_folder(eval_cfg.eval_index, flag="--eval_index")
     return len(examples)
 
@@ -57,6 +57,8 @@ def eval_questions(data_cfg: AdaptDataConfig, eval_cfg: AdaptEvalConfig) -> list
 
 
 def eval_retriever(data_cfg: AdaptDataConfig, eval_cfg: AdaptEvalConfig):
+    if eval_cfg.eval_context_source == "file":  # each question's own passage: no index
+        return None
     if eval_cfg.eval_index == "world":
         return BM25Retriever.build(build_world(WorldConfig(seed=data_cfg.world_seed)).passages, show_progress=False)
     return load_retriever(eval_cfg.eval_index)

@@ -188,8 +188,12 @@ def iter_retgen_runner(model, tokenizer, retriever, method: MethodConfig, prompt
 
 
 def needs_retrieval(method: MethodConfig, gate: GateMethodConfig | None = None) -> bool:
-    """The method retrieves, or it is a gate method asked for every path's answer (NR's too)."""
+    """The method retrieves, or it is a gate method asked for every path's answer (NR's too); a gate answering
+    from each question's own passage (gate_context_source file) with its single prompt needs no index."""
     all_answers = gate is not None and gate.gate_all_answers and method.method in GATE_METHODS
+    if gate is not None and method.method in GATE_METHODS and getattr(gate, "gate_context_source", "retrieve") \
+            == "file" and gate.gate_inner == "single":
+        return False
     return method.trigger != "never" or all_answers
 
 
