@@ -286,3 +286,48 @@ def test_without_en_core_web_sm_the_reference_warns_once_and_records_the_rules(m
     with pytest.warns(UserWarning, match="en_core_web_sm"):
         assert tu.text_rules("authors").name == "rules"
     assert tu.text_rules("rules") is tu.PROJECT_RULES
+
+
+ROW_CONFIGS = sorted((__import__("pathlib").Path(__file__).parents[1] / "inference/configs/dragin_reference").glob(
+    "*.yaml"))
+
+
+def test_one_config_per_row_the_authors_ran():
+    assert len(ROW_CONFIGS) == 12  # Llama2-7b-chat, Llama2-13b-chat, Vicuna-13b-v1.5 x the four datasets
+
+
+@pytest.mark.parametrize("path", ROW_CONFIGS, ids=[p.stem for p in ROW_CONFIGS])
+def test_each_row_config_sets_the_authors_settings_for_six_methods(path):
+    import dataclasses
+
+    from inference.commands import evaluate as evaluation
+    from inference.commands.sweep import expand, load_recipe, settings_from
+    from inference.dynamic_rag.dragin_settings import TABLE
+    from inference.dynamic_rag.methods import MethodConfig
+
+    types = evaluation.CONFIG_TYPES
+    recipe, grid = load_recipe(path)
+    known = {f.name for cls in types for f in dataclasses.fields(cls)}
+    assert set(recipe) <= known
+    points = expand(settings_from(types, recipe, [], "sweep"), grid, types)
+    assert sorted(p.values["method"] for p in points) == sorted(
+        ["wo-rag", "sr-rag", "fl-rag", "fs-rag", "token-rag", "dragin"])
+    for key, value in {"dragin_profile": "reference", "prompt_source": "authors", "sampling": "checkpoint",
+                       "attention_pass": "authors", "prompt_style": "paper", "top_k": 3}.items():
+        assert recipe[key] == value, key
+    assert recipe["reference_config"] in TABLE and "bm25-es" in recipe["index"]
+    method = MethodConfig(method="dragin", dragin_profile="reference", reference_config=recipe["reference_config"])
+    kind = {"2wiki": "2wiki", "hotpotqa": "hotpotqa", "iirc": "iirc", "strategyqa": "strategyqa"}[path.stem.rsplit(
+        "_", 1)[1]]
+    assert method.resolved(recipe["dataset"]).theta == TABLE[recipe["reference_config"]][kind].theta
+
+
+def test_the_report_prints_the_papers_numbers_beside_a_reference_run():
+    from inference.commands.report import paper_cells
+
+    run = {"dragin_profile": "reference", "reference_config": "Llama2-7b-chat", "method": "dragin",
+           "dataset": "data/hotpotqa/hotpot_dev_distractor_v1.json", "demos": "hotpotqa"}
+    assert paper_cells(run) == {"paper_em": 0.232, "paper_f1": 0.334, "paper_retrievals": 3.0}
+    assert paper_cells({**run, "method": "flare"}) == {}  # jzbjyb's FLARE is not their FLARE row (token-rag)
+    assert paper_cells({**run, "dragin_profile": "paper"}) == {}
+    assert paper_cells({**run, "reference_config": "Vicuna-13b-v1.5"}) == {}  # not known to the project: no cell

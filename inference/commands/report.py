@@ -43,6 +43,7 @@ from adaptive_rag.plumbing.scoring import score_record, summarise
 from inference.adapt_gate.gate import GateConfig, redecide, summarize
 from inference.commands import eval_folder
 from inference.commands.eval_folder import torn_note
+from inference.dynamic_rag.dragin_settings import published
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,8 @@ COLUMNS = (("run", "run"), ("method", "method"), ("knobs", "knobs"), ("n", "n"),
            ("seconds_per_question", "s/q"))
 # shown when some run has them: a gate run's share; bootstrap 95% intervals over questions
 # (adaptive_rag.plumbing.bootstrap)
-OPTIONAL_COLUMNS = (("retrieval_share", "retrieval share"), ("em_ci", "EM 95% CI"), ("f1_ci", "F1 95% CI"),
+OPTIONAL_COLUMNS = (("paper_em", "paper EM"), ("paper_f1", "paper F1"), ("paper_retrievals", "paper retrievals/q"),
+                    ("retrieval_share", "retrieval share"), ("em_ci", "EM 95% CI"), ("f1_ci", "F1 95% CI"),
                     ("acc_ci", "accuracy 95% CI"), ("retrievals_ci", "retrievals/q 95% CI"),
                     ("retrieval_share_ci", "retrieval share 95% CI"))
 CI_COLUMNS = {"em_ci": "em", "f1_ci": "f1", "acc_ci": "acc", "retrievals_ci": "retrieval_calls",
@@ -244,12 +246,21 @@ def table_rows(runs: Runs) -> list[dict[str, Any]]:
     for r in runs.evals:
         row = {"run": r.name, "method": r.method, "knobs": knob_text(r.knobs)}
         cis = {k: r.intervals[m] for k, m in CI_COLUMNS.items() if m in r.intervals}
-        rows.append({**row, **{k: r.metrics.get(m) for k, m in FROM_METRICS.items()}, **cis})
+        rows.append({**row, **{k: r.metrics.get(m) for k, m in FROM_METRICS.items()}, **cis, **paper_cells(r.config)})
     for g in runs.gates:  # NR / AR / ADAPT-LLM decided from one generation pass
         for policy, s in g.summary.get("summaries", {}).items():
             rows.append({"run": g.name, "method": policy, "knobs": "", "n": s.get("n"), "acc": s.get("accuracy"),
                          "retrieval_share": s.get("retrieval_share")})
     return rows
+
+
+def paper_cells(config: dict[str, Any]) -> dict[str, float | None]:
+    """DRAGIN's published numbers beside a run made as the authors ran that row (``dragin_profile: reference``)."""
+    if config.get("dragin_profile") != "reference":
+        return {}
+    found = published(config.get("reference_config"), str(config.get("dataset", "")), str(config.get("demos", "")),
+                      method=str(config.get("method")))
+    return {} if found is None else dict(zip(("paper_em", "paper_f1", "paper_retrievals"), found))
 
 
 def columns(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -263,7 +274,8 @@ def _cell(key: str, value: Any) -> str:
     if isinstance(value, tuple | list):  # a bootstrap interval
         return "[" + ", ".join(_cell(key.removesuffix("_ci"), v) for v in value) + "]"
     if isinstance(value, float):
-        return f"{value:.3f}" if key in ("em", "f1", "acc", "retrieval_share", "seconds_per_question") else \
+        return f"{value:.3f}" if key in ("em", "f1", "acc", "retrieval_share", "seconds_per_question", "paper_em",
+                                         "paper_f1") else \
             f"{value:.2f}"
     return str(value)
 

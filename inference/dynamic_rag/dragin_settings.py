@@ -40,6 +40,25 @@ TABLE: dict[str, dict[str, Row]] = {
     "Vicuna-13b-v1.5": {"2wiki": Row(1.2, 25, 64, 6, 0.1), "hotpotqa": Row(1.2, 35, 100, 8, 0.1),
                         "iirc": Row(1.3, 35, 128, 8, 0.4), "strategyqa": Row(1.5, 25, 100, 6, 0.1)},
 }
+# DRAGIN's published results (Table 2: EM, F1; Table 3: retrieval calls per question) for the rows run under
+# reference: (reference_config, dataset) -> method -> (EM, F1, retrievals per question). Only the cells this project
+# has checked against the paper are here; a missing cell is not known to the project, never zero. Their FLARE row is
+# their TokenRAG (the method token-rag); wo-RAG never retrieves and SR-RAG once.
+PUBLISHED: dict[tuple[str, str], dict[str, tuple[float | None, float | None, float | None]]] = {
+    ("Llama2-7b-chat", "hotpotqa"): {"wo-rag": (0.184, 0.275, 0.0), "sr-rag": (0.164, 0.250, 1.0),
+                                     "fl-rag": (0.146, 0.211, 3.8), "fs-rag": (0.214, 0.304, 4.2),
+                                     "token-rag": (0.149, 0.221, 1.1), "dragin": (0.232, 0.334, 3.0)},
+    ("Llama2-7b-chat", "2wiki"): {"wo-rag": (None, None, 0.0), "sr-rag": (None, None, 1.0),
+                                  "dragin": (0.220, 0.293, None)},
+}
+
+
+def published(config: str | None, *hints: str | None, method: str) -> tuple[float | None, float | None,
+                                                                            float | None] | None:
+    """DRAGIN's published (EM, F1, retrievals/question) for a reference run, or None where the project has none."""
+    return PUBLISHED.get((config or "", dataset_kind(*hints) or ""), {}).get(method)
+
+
 PAPER = Row(theta=0.8, qfs_top_n=25, max_new_tokens=100, num_demos=None)  # the paper gives no n: 25-35's low end
 DEFAULT_MAX_NEW_TOKENS = PAPER.max_new_tokens
 
