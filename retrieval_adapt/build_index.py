@@ -39,6 +39,7 @@ from retrieval_adapt.bm25 import BM25Retriever
 from retrieval_adapt.bm25_stream import StreamSettings, build_streamed
 from retrieval_adapt.corpus_store import index_writer
 from retrieval_adapt.es_bm25 import ElasticsearchBM25Retriever
+from retrieval_adapt.lucene import LuceneRetriever
 
 
 @dataclass
@@ -96,8 +97,6 @@ def build_bm25(cfg: IndexConfig) -> BM25Retriever | ElasticsearchBM25Retriever:
 
 
 def build_lucene(cfg: IndexConfig):
-    from retrieval_adapt.lucene import LuceneRetriever  # the [lucene] extra: one line naming it when missing
-
     passages, _ = stream_corpus(cfg)
     start = time.perf_counter()
     with index_writer(cfg.out) as tmp:

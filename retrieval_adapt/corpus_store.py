@@ -55,6 +55,9 @@ def rebuild_command(index_dir: str | Path) -> str:
             ("kind", settings.get("kind"))]
     if settings.get("kind") == "dense":
         args += [(name, settings.get(name)) for name in ("encoder", "faiss", "max_length")]
+    scoring = settings.get("bm25_scoring") or settings.get("scoring")
+    if settings.get("kind") == "bm25" and scoring not in (None, "bm25s"):
+        args.append(("bm25_scoring", scoring))  # an elasticsearch index is rebuilt as one
     flags = [f"--{name} {shlex.quote(str(value))}" for name, value in args if value is not None]
     return " ".join(["python -m retrieval_adapt.build_index", *flags, "--out", shlex.quote(str(index_dir))])
 

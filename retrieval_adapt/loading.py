@@ -8,10 +8,11 @@ from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.retriever import Retriever
 from retrieval_adapt.bm25 import BM25Retriever
 from retrieval_adapt.corpus_store import damaged, load_meta
+from retrieval_adapt.lucene import LuceneRetriever
 
 
 def load_retriever(index_dir: str | Path, *, query_encoder: str | None = None, device: str = "auto") -> Retriever:
-    """BM25 or dense by the folder's ``meta.json``; ``query_encoder`` swaps in an adapted dense query encoder.
+    """BM25, dense or Lucene by the folder's ``meta.json``; ``query_encoder`` swaps in an adapted dense query encoder.
     A missing, unfinished or damaged folder raises one clear error naming the folder and the rebuild command."""
     meta = load_meta(index_dir)
     kind = meta.get("kind")
@@ -25,4 +26,8 @@ def load_retriever(index_dir: str | Path, *, query_encoder: str | None = None, d
         from retrieval_adapt.dense import DenseRetriever
 
         return DenseRetriever.load(index_dir, query_encoder=query_encoder, device=device)
-    raise damaged(index_dir, f"meta.json names an unknown index kind '{kind}' (bm25, dense)")
+    if kind == "lucene":  # the [lucene] extra: one line naming it when missing
+        if query_encoder:
+            raise ConfigError(f"query_encoder applies to dense indexes only; {index_dir} holds a Lucene index")
+        return LuceneRetriever.load(index_dir)
+    raise damaged(index_dir, f"meta.json names an unknown index kind '{kind}' (bm25, dense, lucene)")

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from adaptive_rag.lm.generation import Prompt, render_prompt
 from adaptive_rag.lm.models import ModelOptions, load_causal_lm, resolve_device, resolve_model
 from adaptive_rag.lm.tokenization import batch_prompt_ids, continuation_ids
+from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.progress import bar_options
 from adaptive_rag.plumbing.records import Passage
 
@@ -122,8 +123,6 @@ def check_cross_encoder(path: str) -> None:
     would not build as trained: TART's ``EncT5ForSequenceClassification`` (a T5 encoder with its own classifier,
     defined in TART's repository, not in transformers) would load as a fresh, untrained head."""
     from transformers import AutoConfig
-
-    from adaptive_rag.plumbing.errors import ConfigError
 
     config = AutoConfig.from_pretrained(path)
     custom = [a for a in (getattr(config, "architectures", None) or []) if a.startswith("EncT5")]

@@ -10,16 +10,11 @@ import sys
 
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.retriever import Retriever
-from retrieval_adapt.corpus_store import load_meta
 from retrieval_adapt.loading import load_retriever
 
 
 def open_index(index: str, query_encoder: str | None = None) -> Retriever:
-    """Any index folder; a ``lucene`` one here until ``load_retriever`` knows the kind."""
-    if load_meta(index).get("kind") == "lucene":
-        from retrieval_adapt.lucene import LuceneRetriever  # the [lucene] extra: one line naming it when missing
-
-        return LuceneRetriever.load(index)
+    """Any index folder (bm25, dense, lucene)."""
     return load_retriever(index, query_encoder=query_encoder)
 
 

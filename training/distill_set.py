@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Literal
 
 from tqdm.auto import tqdm
 
+from adaptive_rag.lm.models import resolve_model
 from adaptive_rag.plumbing.atomic_files import atomic_folder, write_text_atomic
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import config_dict, parse_config, save_config
@@ -176,8 +177,6 @@ def _score_kind(cfg: RetrievalAdaptDataConfig, models) -> str:
     if cfg.reranker == "llm":
         return "log_probability"
     from transformers import AutoConfig
-
-    from adaptive_rag.lm.models import resolve_model
 
     one_logit = AutoConfig.from_pretrained(resolve_model(cfg.reranker_model)).num_labels == 1
     return "logit" if one_logit else "log_probability"

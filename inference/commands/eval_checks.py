@@ -15,7 +15,7 @@ from pathlib import Path
 from adaptive_rag.lm.names import looks_local
 from adaptive_rag.plumbing.errors import ConfigError, DataError
 
-INDEX_KINDS = ("bm25", "dense")
+INDEX_KINDS = ("bm25", "dense", "lucene")
 
 
 def check_model_name(name: str, flag: str = "--model") -> None:

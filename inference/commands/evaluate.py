@@ -65,6 +65,7 @@ from inference.dynamic_rag.methods import PRESETS, MethodConfig
 from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
 from inference.dynamic_rag.text_units import text_rules
 from inference.iter_retgen.loop import IterRetGen, IterRetGenConfig, LMGenerator
+from retrieval_adapt.corpus_store import load_meta
 
 DEFAULT_OUTPUT_ROOT = "runs/eval"
 
@@ -306,6 +307,11 @@ def write_metrics(out: Path, examples: list[QAExample], cfg: EvalConfig, method:
         metrics["gate_inner"] = gate.gate_inner
     if PRESETS[method.method].runner == "engine":  # which sentence splitter and content-word test ran
         metrics["text_rules"] = text_rules(method.text_rules).name
+    if needs_retrieval(method, gate):  # which index answered: its kind and, for BM25, its scoring
+        meta = load_meta(cfg.index) if cfg.index else {"kind": "bm25", "scoring": "bm25s"}
+        metrics["index_kind"] = meta.get("kind")
+        if meta.get("kind") in ("bm25", "lucene"):
+            metrics["bm25_scoring"] = meta.get("scoring", "bm25s")
     write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2))
     print(json.dumps(metrics, indent=2))
     log_run(cfg.report_to, job="evaluate", name=cfg.run_name or out.name, folder=out,

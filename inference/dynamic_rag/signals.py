@@ -22,6 +22,8 @@ from typing import Literal
 
 import torch
 
+from inference.dynamic_rag.text_units import contains_real_word
+
 
 def _spacy_stop_words() -> frozenset[str]:
     """spaCy's English stopword list (SPEC: the reference used spaCy), read from spaCy's own file: importing
@@ -157,8 +159,6 @@ def rind_word_scores(pieces: list[str], entropies: list[float], amax: torch.Tens
 def _real_word_content(view, words: list[WordScore], rules) -> list[WordScore]:
     """Content flags as ``check_real_words`` sets them: a word counts when it contains a real word (NOUN, ADJ, VERB,
     PROPN, NUM) of its sentence as the spaCy pipeline tags it."""
-    from inference.dynamic_rag.text_units import contains_real_word
-
     real: dict[int, frozenset[str]] = {}
     out = []
     for w in words:
