@@ -149,6 +149,8 @@ def load_two_wiki_aliases(path: Path) -> dict[str, list[str]]:
     """``id_aliases.json`` of the 2WikiMultihopQA release: Wikidata id -> the answer's aliases (JSON lines)."""
     aliases: dict[str, list[str]] = {}
     for loc, rec in load_json_records(path):
+        if rec == {}:  # an empty file written as "{}"
+            continue
         qid, names = rec.get("Q_id"), rec.get("aliases")
         if not isinstance(qid, str) or not isinstance(names, list) or not all(isinstance(a, str) for a in names):
             raise loc.error("expected {\"Q_id\": str, \"aliases\": [str, ...]}")

@@ -104,6 +104,11 @@ def _tgz(path: Path, members: dict[str, str]) -> None:
 
 def _release_files(root: Path) -> None:
     """One or two records per source, in the released format and packaging."""
+    for name in ("data.py", "generate.py", "retriever.py", "main.py", "eval.py"):  # shaped like their src/ files
+        (root / name).write_text(f"# {name}\nclass HotpotQA:\n    pass\n")
+    (root / "popqa_test_test.json").write_text(json.dumps({"7": {
+        "question": "Who is Ann?", "possible_answers": ["a poet"], "gold_passage": "",
+        "contriever_passage": "Ann Ann is a poet.", "contriever_score": "1.0", "s_pop": 3.0}}))
     popqa = [["4222362", "George Rankin", "occupation", "politician", "1", "2", "3", "[]", "[]", "u", "u", "GR", "P",
               "142", "1000", "What is George Rankin's occupation?", '["politician", "political leader"]']]
     (root / "test.tsv").write_text("\t".join(POPQA_HEADER) + "\n" + "\n".join("\t".join(r) for r in popqa) + "\n")
@@ -152,7 +157,7 @@ def _release_files(root: Path) -> None:
 # what the readers must find in each source's folder: (questions per question file, passages per corpus file)
 EXPECTED = {"popqa": ([1], []), "nq-open": ([1, 1], []), "squad": ([1, 1], [1]), "hotpotqa": ([1, 1], [2]),
             "2wikimultihopqa": ([1], [2]), "strategyqa": ([1], []), "iirc": ([2], []), "musique": ([1], [2]),
-            "dpr-wiki": ([], [2])}
+            "dpr-wiki": ([], [2]), "dragin-code": ([], []), "popqa-adapt-llm": ([1], [])}
 
 
 def test_every_source_downloads_and_its_files_read(server, tmp_path, monkeypatch):
