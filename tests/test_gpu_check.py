@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPES = {
     "training/configs/adapt_llm_llama2_7b_lora.yaml": "training/adapt_llm.py",
     "training/configs/adapt_llm_llama2_7b_qlora.yaml": "training/adapt_llm.py",
-    "inference/configs/dragin_hotpotqa_llama2_7b_chat.yaml": "inference.commands.evaluate",
+    "inference/configs/dragin_reference/llama2_7b_chat_hotpotqa.yaml": "inference.commands.evaluate",
     "inference/configs/iter_retgen_hotpotqa_contriever.yaml": "inference.commands.evaluate",
 }
 
@@ -48,8 +48,8 @@ def test_gpu_recipes_parse_and_mark_their_estimates(recipe):
         from inference.commands import sweep
 
         assert sweep.is_sweep_recipe([str(ROOT / recipe)])
-        assert set(yaml.safe_load(text)["sweep"]["method"]) == {"wo-rag", "sr-rag", "fl-rag", "fs-rag", "flare",
-                                                                 "dragin"}
+        assert set(yaml.safe_load(text)["sweep"]["method"]) == {"wo-rag", "sr-rag", "fl-rag", "fs-rag", "token-rag",
+                                                                 "dragin"}  # token-rag: their FLARE row
         return
     parse_config(program_types(RECIPES[recipe]), [str(ROOT / recipe)])
 

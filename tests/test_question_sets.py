@@ -57,7 +57,10 @@ DOWNLOAD_ONLY = {
     "bench/experiments/hotpotqa_six_methods.yaml", "bench/experiments/hotpotqa_table.yaml",
     "bench/experiments/hotpotqa_tune.yaml", "training/configs/adapt_llm_squad_popqa_cpu.yaml",
     "training/configs/adapt_llm_llama2_7b_lora.yaml", "training/configs/adapt_llm_llama2_7b_qlora.yaml",
-    "inference/configs/dragin_hotpotqa_llama2_7b_chat.yaml", "inference/configs/iter_retgen_hotpotqa_contriever.yaml",
+    "inference/configs/iter_retgen_hotpotqa_contriever.yaml", "training/configs/adapt_llm_authors.yaml",
+    "retrieval_adapt/configs/data_paper.yaml",
+    # one per row the DRAGIN authors ran (their first 1,000 questions of each set)
+    *(str(p.relative_to(ROOT)) for p in ROOT.glob("inference/configs/dragin_reference/*.yaml")),
 }
 # README commands that name their questions on the command line (python -m inference.commands.evaluate ...).
 BEFORE_CLI = {
@@ -103,7 +106,8 @@ def test_shipped_recipes_select_the_questions_they_did_before(recipe, tmp_path, 
 
 def test_every_shipped_recipe_is_in_the_table():
     recipes = [*ROOT.glob("retrieval_adapt/configs/*.yaml"), *ROOT.glob("bench/experiments/*.yaml"),
-               *ROOT.glob("inference/configs/*.yaml"), *ROOT.glob("training/configs/*.yaml")]
+               *ROOT.glob("inference/configs/*.yaml"), *ROOT.glob("inference/configs/*/*.yaml"),
+               *ROOT.glob("training/configs/*.yaml")]
     # distill_*: no questions; knowing_*: a knowing-model build's files (tests/test_knowing.py runs them on a tiny one)
     shipped = {str(p.relative_to(ROOT)) for p in recipes if "distill_" not in p.name and "knowing_" not in p.name}
     assert shipped == {k.partition(":")[0] for k in BEFORE} | DOWNLOAD_ONLY
@@ -248,7 +252,8 @@ def test_download_recipes_keep_a_clean_split_of_one_file():
     for recipe in sorted(DOWNLOAD_ONLY):
         data = yaml.safe_load((ROOT / recipe).read_text())
         # the GPU recipes follow the papers' protocol (their first 500 / 1,000 dev questions) instead
-        if "hotpotqa" in data.get("dataset", "") and recipe.startswith(("bench/", "retrieval_adapt/")):
+        if "hotpotqa" in data.get("dataset", "") and recipe.startswith(("bench/", "retrieval_adapt/")) \
+                and not recipe.endswith("_paper.yaml"):  # data_paper.yaml: the paper's own split (HotpotQA train)
             start = data.get("start", 0)
             spans[recipe] = (data["dataset"], start, start + data["limit"])
     assert {dataset for dataset, _, _ in spans.values()} == {"data/hotpotqa/hotpot_dev_distractor_v1.json"}
