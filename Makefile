@@ -9,7 +9,7 @@ GPU_EXTRAS := dev,gpu
 CPU_EXTRAS := dev,cpu
 EXTRAS ?= $(if $(HAS_CUDA),$(GPU_EXTRAS),$(CPU_EXTRAS))
 
-.PHONY: setup test lint gpu-check gpu-scale
+.PHONY: setup test lint gpu-check gpu-scale agreement-dragin
 
 setup:
 	# torch first, so the floor in pyproject.toml is met by the right build. An installed torch (a user's CUDA
@@ -35,3 +35,20 @@ gpu-check:
 
 gpu-scale:
 	$(PYTHON) bench/gpu_scale.py --json runs/bench/gpu_scale.json
+
+# Agreement with the DRAGIN authors' own code (docs/agreement_dragin.md). Their code first:
+# `python -m data_builders.download dragin-code --out data/`; the index over the question file's paragraphs is built
+# here when missing (Elasticsearch's BM25 as the project computes it). AGREEMENT_METHODS: dragin, wo-rag, sr-rag,
+# fl-rag, fs-rag, token-rag (comma-separated).
+AGREEMENT_DATASET ?= ../shared/data/hotpotqa/dev_subsampled.jsonl
+AGREEMENT_INDEX ?= runs/hotpotqa/bm25-es
+AGREEMENT_METHODS ?= dragin
+AGREEMENT_LIMIT ?= 64
+
+agreement-dragin:
+	test -f $(AGREEMENT_INDEX)/meta.json || { \
+	  $(PYTHON) -m data_builders.corpus -o $(AGREEMENT_INDEX)-corpus.jsonl ircot:$(AGREEMENT_DATASET) && \
+	  $(PYTHON) -m retrieval_adapt.build_index --corpus $(AGREEMENT_INDEX)-corpus.jsonl --kind bm25 \
+	    --bm25_scoring elasticsearch --out $(AGREEMENT_INDEX); }
+	$(PYTHON) bench/agreement_dragin.py --dataset $(AGREEMENT_DATASET) --index $(AGREEMENT_INDEX) \
+	  --limit $(AGREEMENT_LIMIT) --methods $(AGREEMENT_METHODS) --batch1 --json runs/bench/agreement_dragin.json
