@@ -53,6 +53,9 @@ class BM25Retriever:
         # bm25s draws seven bars of its own per build: on a terminal only, never into a log file
         show_progress = show_inner_progress(show_progress)
         tokens = self._tokenize([p.contents for p in passages], show_progress=show_progress)
+        if not any(tokens):  # bm25s fails on an empty vocabulary with an assertion of its own
+            raise DataError(f"none of the {len(passages)} passages has a word BM25 can index (all empty, stopwords "
+                            "or single characters)")
         self.index.index(tokens, show_progress=show_progress)
         return self
 

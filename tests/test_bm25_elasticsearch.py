@@ -238,3 +238,12 @@ def test_build_index_flag_meta_and_retriever_attribute(tmp_path, capsys):
     data.write_bytes(data.read_bytes()[:10])
     with pytest.raises(DataError, match="bm25/title/data.csc.index.npy has 10 bytes.*rebuild the index"):
         load_retriever(tmp_path / "es")
+
+
+def test_a_corpus_with_no_indexable_word_is_one_line():
+    from adaptive_rag.plumbing.errors import DataError
+    from adaptive_rag.plumbing.records import Passage
+    from retrieval_adapt.bm25 import BM25Retriever
+
+    with pytest.raises(DataError, match="has a word BM25 can index"):
+        BM25Retriever.build([Passage("1", "", "a b c"), Passage("2", "", "")], show_progress=False)

@@ -143,6 +143,11 @@ def make_runner(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, eng
     model, tokenizer = models.load_causal_lm(cfg.model, models.ModelOptions(dtype=cfg.dtype, device=device))
     retriever = None if not needs_retrieval(method, gate) else eval_data.load_eval_retriever(
         cfg.index, cfg.dataset, query_encoder=cfg.query_encoder, world_seed=cfg.world_seed)
+    if method.dragin_profile == "reference" and retriever is not None \
+            and getattr(retriever, "scoring", None) not in ("elasticsearch", None):
+        print("note: --dragin_profile reference retrieves here with bm25s's own scoring; the authors' Elasticsearch "
+              "index scores as an index built with --bm25_scoring elasticsearch does (docs/bm25_elasticsearch.md)",
+              file=sys.stderr)
     if method.method not in GATE_METHODS:
         return with_dtype(method_runner(model, tokenizer, retriever, method, prompt, engine), model)
     if hasattr(model, "merge_and_unload"):  # a LoRA adapter: merged in memory, faster and a plain model
