@@ -313,7 +313,10 @@ def write_metrics(out: Path, examples: list[QAExample], cfg: EvalConfig, method:
     if PRESETS[method.method].runner == "engine":  # which sentence splitter and content-word test ran
         metrics["text_rules"] = text_rules(method.text_rules).name
     if needs_retrieval(method, gate):  # which index answered: its kind and, for BM25, its scoring
-        meta = load_meta(cfg.index) if cfg.index else {"kind": "bm25", "scoring": "bm25s"}
+        try:
+            meta = load_meta(cfg.index) if cfg.index else {"kind": "bm25", "scoring": "bm25s"}
+        except (OSError, ValueError):  # read when the run started; gone since: the run's scores still stand
+            meta = {}
         metrics["index_kind"] = meta.get("kind")
         if meta.get("kind") in ("bm25", "lucene"):
             metrics["bm25_scoring"] = meta.get("scoring", "bm25s")
