@@ -73,5 +73,6 @@ def test_bad_answer_normalisation_is_a_config_error(tmp_path):
     types = (ev.EvalConfig, MethodConfig, PromptConfig, EngineConfig, GateMethodConfig)
     yaml_path = tmp_path / "c.yaml"
     yaml_path.write_text("answer_normalisation: squad2\n")
-    with pytest.raises(ConfigError, match="answer_normalisation must be one of official, robust, got 'squad2'"):
+    with pytest.raises(ConfigError, match=r"answer_normalisation' expects one of official, robust, got a string "
+                                          r"\('squad2'\)"):
         parse_config(types, [str(yaml_path)])
