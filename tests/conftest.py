@@ -104,3 +104,28 @@ def tiny_encoder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("encoder")
     MeanPoolingEncoder(bert, tokenizer, normalize=True, max_length=32).save(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def dense_index(tiny_encoder, tmp_path_factory):
+    """A two-passage dense index over the tiny encoder (16 dimensions)."""
+    from retrieval_adapt.dense import DenseRetriever
+    from retrieval_adapt.encoders import MeanPoolingEncoder
+
+    passages = [Passage("a", "Lima", "Lima is the capital of Peru."), Passage("b", "Osk", "Osk founded Kelmora.")]
+    folder = tmp_path_factory.mktemp("index") / "dense"
+    DenseRetriever.build(passages, MeanPoolingEncoder.from_name(str(tiny_encoder)), show_progress=False).save(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def wide_encoder(tiny_encoder, tmp_path_factory):
+    """The tiny encoder's folder with a config that says 24 dimensions (the index holds 16)."""
+    import json
+    import shutil
+
+    wide = tmp_path_factory.mktemp("wide") / "wide"
+    shutil.copytree(tiny_encoder, wide)
+    config = json.loads((wide / "config.json").read_text())
+    (wide / "config.json").write_text(json.dumps({**config, "hidden_size": 24}))
+    return wide

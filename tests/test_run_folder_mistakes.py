@@ -90,29 +90,12 @@ def test_every_shipped_recipe_passes_the_value_check():
 
 # --- a query encoder of another size than the index -----------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def dense_index(tiny_encoder, tmp_path_factory):
-    from adaptive_rag.plumbing.records import Passage
-    from retrieval_adapt.dense import DenseRetriever
-    from retrieval_adapt.encoders import MeanPoolingEncoder
-
-    passages = [Passage("a", "Lima", "Lima is the capital of Peru."), Passage("b", "Osk", "Osk founded Kelmora.")]
-    folder = tmp_path_factory.mktemp("index") / "dense"
-    DenseRetriever.build(passages, MeanPoolingEncoder.from_name(str(tiny_encoder)), show_progress=False).save(folder)
-    return folder
-
-
-def test_a_query_encoder_of_another_dimension_is_refused_in_one_line(dense_index, tiny_encoder, tmp_path,
+def test_a_query_encoder_of_another_dimension_is_refused_in_one_line(dense_index, wide_encoder, tiny_encoder, tmp_path,
                                                                        monkeypatch):
-    import shutil
-
     from retrieval_adapt import dense
     from retrieval_adapt.loading import load_retriever
 
-    wide = tmp_path / "wide"
-    shutil.copytree(tiny_encoder, wide)
-    config = json.loads((wide / "config.json").read_text())
-    (wide / "config.json").write_text(json.dumps({**config, "hidden_size": 24}))
+    wide = wide_encoder
     assert dense.index_dim(dense_index) == 16 and dense.encoder_dim(str(wide)) == 24
     (dense_index / "embeddings.npy").rename(tmp_path / "kept.npy")  # the faiss header alone tells the size too
     try:
