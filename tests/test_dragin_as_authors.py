@@ -331,3 +331,15 @@ def test_the_report_prints_the_papers_numbers_beside_a_reference_run():
     assert paper_cells({**run, "method": "flare"}) == {}  # jzbjyb's FLARE is not their FLARE row (token-rag)
     assert paper_cells({**run, "dragin_profile": "paper"}) == {}
     assert paper_cells({**run, "reference_config": "Vicuna-13b-v1.5"}) == {}  # not known to the project: no cell
+
+
+def test_qfs_reads_to_the_end_of_a_hit_word_that_runs_past_its_sentence():
+    """A newline opens the word after it, so a hit word can run past the sentence it started in: the reference's QFS
+    pass must cover it (a run over HotpotQA indexed past the pass's end)."""
+    from inference.dynamic_rag.queries.qfs import qfs_text_end
+    from inference.dynamic_rag.round_view import Event, RoundView
+
+    view = RoundView("q", [" Osk", " left", ".", "\n", "Then", " he"], [1.0] * 6, [1.0] * 6, [], [], [])
+    assert view.sentence_end(3) == 4  # the newline ends its sentence; "\nThen" is one word
+    assert qfs_text_end(view, Event(3, 1.0, 0, hits=[[3, 4]])) == 5
+    assert qfs_text_end(view, Event(0, 1.0, 0, hits=[[0]])) == view.sentence_end(0)

@@ -32,6 +32,7 @@ from inference.dynamic_rag.dragin_settings import DEFAULT_MAX_NEW_TOKENS
 from inference.dynamic_rag.methods import MethodConfig
 from inference.dynamic_rag.prompts import PromptBuilder
 from inference.dynamic_rag.queries import form_query
+from inference.dynamic_rag.queries.qfs import qfs_text_end
 from inference.dynamic_rag.round_view import Event, RoundView
 from inference.dynamic_rag.text_units import PieceStream, TokenText, ends_sentence, text_rules
 from inference.dynamic_rag.triggers import TRIGGERS, check_trigger
@@ -274,7 +275,7 @@ class DynamicRAGEngine:
         inputs = []
         for seq, event in fired:
             view = seq.key.view
-            end = view.sentence_end(event.token)
+            end = qfs_text_end(view, event)
             inputs.append(qfs_pass_ids(self.tokenizer, view.question, seq.key.prior, seq.gen_ids[:end],
                                        view.pieces[0] if view.pieces else ""))
         weights = last_layer_attention(self.decoder, [ids for ids, _, _ in inputs])

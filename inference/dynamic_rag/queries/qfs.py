@@ -44,10 +44,17 @@ class Qfs(QueryFormer):
         return signals.qfs_query(row, pieces, eligible, top_n)
 
 
+def qfs_text_end(view: RoundView, event: Event) -> int:
+    """One past the last round token the reference's QFS reads: the end of the triggering sentence, or of the last
+    hit word where a word runs on past it (a newline opens the word after it, across a sentence end)."""
+    last_hit = max((t for word in event.hits for t in word), default=event.token)
+    return max(view.sentence_end(event.token), last_hit + 1)
+
+
 def _reference(view: RoundView, event: Event, top_n: int) -> str:
     """The reference's QFS over question + answer so far + this round up to the end of the triggering sentence;
     hit words whose preceding row is missing (token 0 without a prefill row) fall back to their own row."""
-    end = view.sentence_end(event.token)
+    end = qfs_text_end(view, event)
     hits = event.hits or [[event.token]]
     qp = view.authors_qfs
     rules = getattr(view, "rules", None)
