@@ -128,7 +128,7 @@ def test_the_readme_trigger_example_runs(smol_tokenizer, fake_retriever):
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
     block = re.search(r"### Adding a trigger.*?```python\n(.*?)```", readme, re.S).group(1)
     try:
         exec(compile(block, "README.md", "exec", dont_inherit=True), {"__name__": "readme_example"})

@@ -1,5 +1,5 @@
-"""README.md read top to bottom by a new user: every YAML a command names parses with that command's own config
-classes, and every index or corpus the commands read is built by a command before it."""
+"""README.md and docs/*.md read top to bottom by a new user: every YAML a command names parses with that command's
+own config classes, and every index or corpus the commands read is built by a command (README's own, before it)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from adaptive_rag.plumbing.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+# README first, then every page of docs/: the commands a user copies from any of them
+GUIDE = {"README.md": README} | {f"docs/{p.name}": p.read_text(encoding="utf-8")
+                                 for p in sorted((ROOT / "docs").glob("*.md"))}
 # `-m module CONFIG.yaml` or `script.py CONFIG.yaml` (with any launcher before it)
 COMMAND_YAML = re.compile(r"(?:-m\s+([\w.]+)|([\w/]+\.py))\s+([\w./-]+\.ya?ml)\b")
 
@@ -46,18 +49,21 @@ def program_types(program: str) -> tuple[type, ...]:
     raise AssertionError(f"README runs {program} with a YAML: add its config classes to this test")
 
 
-def readme_yaml_commands() -> list[tuple[str, str]]:
-    return sorted({(m.group(1) or m.group(2), m.group(3)) for m in COMMAND_YAML.finditer(README)})
+def readme_yaml_commands(text: str | None = None) -> list[tuple[str, str]]:
+    """(program, YAML) for every command README (``text``) or, without ``text``, any page of the guide names."""
+    texts = [text] if text is not None else list(GUIDE.values())
+    return sorted({(m.group(1) or m.group(2), m.group(3)) for t in texts for m in COMMAND_YAML.finditer(t)})
 
 
-def fenced_commands() -> str:
-    """The README's ```bash blocks: the command sequences a user copies."""
-    return "\n".join(re.findall(r"```bash\n(.*?)```", README, flags=re.S))
+def fenced_commands(text: str = README) -> str:
+    """A page's ```bash blocks: the command sequences a user copies."""
+    return "\n".join(re.findall(r"```bash\n(.*?)```", text, flags=re.S))
 
 
 def test_readme_names_yaml_commands():
-    programs = {program for program, _ in readme_yaml_commands()}
-    assert {"inference.commands.evaluate", "training/adapt_llm.py"} <= programs
+    programs = {program for program, _ in readme_yaml_commands(README)}
+    assert {"inference.commands.evaluate", "inference.commands.sweep", "training/adapt_llm.py"} <= programs
+    assert len(readme_yaml_commands()) > len(readme_yaml_commands(README))  # the docs' commands are read too
 
 
 @pytest.mark.parametrize("program, path", readme_yaml_commands(), ids=lambda x: str(x))
@@ -83,29 +89,51 @@ def _yaml_inputs(path: str) -> set[str]:
     return {str(v) for k, v in data.items() if k in ("index", "index_dir", "eval_index") and v}
 
 
-def test_readme_builds_every_index_its_commands_read():
-    """The Iter-RetGen sequence once read runs/index/world-dense while its recipes need world-minilm, and the
-    SQuAD -> PopQA recipe evaluates on runs/index/shared-bm25, which no command built."""
-    commands = fenced_commands()
-    built = set(re.findall(r"build_(?:index|dense)\b[^\n]*--out\s+(\S+)", README))
-    read = set(re.findall(r"(?:--index|retrieval_adapt\.search)\s+(runs/\S+)", README))
-    for _program, path in readme_yaml_commands():
+def _built_and_read(text: str) -> tuple[set[str], set[str]]:
+    """The index folders a page's commands build, and those its commands (and the recipes they run) read."""
+    commands = fenced_commands(text)
+    built = set(re.findall(r"build_(?:index|dense)\b[^\n]*--(?:output_dir|out)\s+(\S+)", text))
+    read = set(re.findall(r"(?:--index|retrieval_adapt\.search)\s+(runs/\S+)", text))
+    for _program, path in readme_yaml_commands(text):
         if path.replace("\\", "/") in commands:
             read |= {p for p in _yaml_inputs(path) if p.startswith("runs/")}
+    return built, read
+
+
+def makefile_built() -> set[str]:
+    """The index folders a make target builds (``--out $(VAR)``, VAR's default from ``VAR ?= value``)."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    defaults = dict(re.findall(r"^(\w+) \?= (\S+)", makefile, flags=re.M))
+    return {defaults.get(var, "") for var in re.findall(r"build_index\b[^\n]*?--(?:output_dir|out) \$\((\w+)\)",
+                                                         makefile.replace("\\\n", " "))} - {""}
+
+
+def test_readme_builds_every_index_its_commands_read():
+    """The Iter-RetGen sequence once read runs/index/world-dense while its recipes need world-minilm, and the
+    SQuAD -> PopQA recipe evaluates on runs/index/shared-bm25, which no command built. README stands alone; a
+    docs page may read an index README or another page builds."""
+    built, read = _built_and_read(README)
     assert read, "expected README commands that read an index"
-    missing = sorted(read - built)
-    assert not missing, f"README commands read indexes that no README command builds: {missing}"
+    assert not sorted(read - built), f"README commands read indexes that no README command builds: {read - built}"
+    pages = {name: _built_and_read(text) for name, text in GUIDE.items()}
+    anywhere = set().union(*(b for b, _ in pages.values())) | makefile_built()
+    for name, (_, read) in pages.items():
+        missing = sorted(read - anywhere)
+        assert not missing, f"{name} reads indexes that no command of README or docs/ builds: {missing}"
 
 
 def test_readme_builds_every_corpus_its_index_commands_read():
-    corpora = set(re.findall(r"build_index\b[^\n]*--corpus\s+(runs/\S+)", README))
-    written = set(re.findall(r"data_builders\.corpus\b[^\n]*-o\s+(\S+)", README))
-    assert corpora and not sorted(corpora - written)
+    for name, text in GUIDE.items():
+        corpora = set(re.findall(r"build_index\b[^\n]*--corpus\s+(runs/\S+)", text))
+        written = set(re.findall(r"data_builders\.corpus\b[^\n]*-o\s+(\S+)", text))
+        assert not sorted(corpora - written), f"{name} indexes a corpus that no command of the page pools"
+    assert re.search(r"build_index\b[^\n]*--corpus\s+runs/", README)
 
 
-def test_eval_example_yaml_is_the_one_readme_launches():
+def test_eval_example_yaml_is_the_one_the_docs_launch():
     assert ("python -m torch.distributed.run --standalone --nproc_per_node 2 -m inference.commands.evaluate "
-            "inference/configs/eval_example.yaml --output_dir runs/eval/example-dragin-2proc") in README
+            "inference/configs/eval_example.yaml --output_dir runs/eval/example-dragin-2proc") in GUIDE[
+        "docs/evaluation.md"]
     cfg, method, *_ = parse_config(program_types("inference.commands.evaluate"),
                                    [str(ROOT / "inference" / "configs" / "eval_example.yaml")])
     assert method.method == "dragin" and cfg.dataset == "world-two-hop"
@@ -116,9 +144,12 @@ def test_long_commands_state_one_measured_time():
     demo = (ROOT / "training" / "configs" / "adapt_llm_demo_cpu.yaml").read_text(encoding="utf-8")
     script = (ROOT / "training" / "adapt_llm.py").read_text(encoding="utf-8")
     measured = re.search(r"Measured: ([\d.]+ min) on 2 cores", demo).group(1)
-    for text in (README, script, demo):
+    for text in (*GUIDE.values(), script, demo):
         assert "ten minutes" not in text and "~6 min" not in text
     assert f"{measured} measured on 2 cores" in README
+    for name, text in GUIDE.items():  # a page that times the main job states the same measured time
+        for stated in re.findall(r"\(([\d.]+ min) measured on 2 cores", text):
+            assert stated == measured, name
     assert f"{measured} measured on two cores" in script
     assert f"({measured} measured, below)" in demo
 

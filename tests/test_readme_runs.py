@@ -1,7 +1,7 @@
-"""README's evaluation commands, run in order by a new user, each do what their text says: no command writes into
-a folder another one filled (a finished folder resumes and does nothing; a smaller --limit re-scores it), the
-trained ADAPT-LLM models are compared on questions they did not train on, and shipped recipes leave dtype to
-``auto``."""
+"""The evaluation commands of README and docs/, run in order by a new user, each do what their text says: no
+command writes into a folder another one filled (a finished folder resumes and does nothing; a smaller --limit
+re-scores it), the trained ADAPT-LLM models are compared on questions they did not train on, and shipped recipes
+leave dtype to ``auto``."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from adaptive_rag.plumbing.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+# README, then every docs page: a user may copy commands from any of them into the same working folder
+GUIDE = [README, *(p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").glob("*.md")))]
 
 
 COMMANDS = ("inference.commands.evaluate", "inference.commands.sweep")
@@ -24,13 +26,15 @@ COMMANDS = ("inference.commands.evaluate", "inference.commands.sweep")
 
 def _evaluate_argvs() -> list[tuple[list[str], bool]]:
     """(arguments after ``-m inference.commands.evaluate`` or ``.sweep``, from a fenced block) for every evaluation
-    README shows: fenced commands, and inline ones (which may be fragments, e.g. a trigger defined in the text)."""
+    README and docs/ show: fenced commands, and inline ones (which may be fragments, e.g. a trigger defined in the
+    text)."""
     found = []
-    for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
+    for block in (b for text in GUIDE for b in re.findall(r"```bash\n(.*?)```", text, flags=re.S)):
         for line in block.replace("\\\n", " ").splitlines():
             if any(f"-m {c}" in line for c in COMMANDS):
                 found.append((line, True))
-    for span in re.findall(r"`(python -m inference\.commands\.(?:evaluate|sweep)[^`]*)`", README):
+    for span in (s for text in GUIDE for s in re.findall(r"`(python -m inference\.commands\.(?:evaluate|sweep)[^`]*)`",
+                                                         text)):
         found.append((span.replace("\n", " "), False))
     argvs = []
     for line, fenced in found:
@@ -76,8 +80,8 @@ def test_trained_adapt_models_are_compared_on_held_out_questions():
     from data_builders.question_loader import load_questions
 
     demo = yaml.safe_load((ROOT / "training" / "configs" / "adapt_llm_demo_cpu.yaml").read_text(encoding="utf-8"))
-    compared = [argv for argv, _ in _evaluate_argvs() if any(a.startswith("runs/adapt_llm_demo") for a in argv)]
-    assert len(compared) == 3
+    compared = {tuple(argv) for argv, _ in _evaluate_argvs() if any(a.startswith("runs/adapt_llm_demo") for a in argv)}
+    assert len(compared) == 3  # NR, AR and ADAPT-LLM (README shows the last again)
     for argv in compared:
         assert argv[argv.index("--dataset") + 1] == demo["eval_dataset"] == "world-adapt-heldout", argv
     train = {e.id for e in load_questions(QuestionSet(demo["dataset"]))}
