@@ -124,8 +124,7 @@ class BatchDecoder:
         # head 494, own 250, 1 thread: bf16 per row 2.5 / 8.1 / 47 ms at batch 6 / 16 / 64, once 4.0 / 9.2 / 36;
         # float32 per row 3.2 / 11 / 80, once 3.2 / 7.0 / 41)
         if head_once is None:
-            dtype = next(model.parameters()).dtype
-            head_once = dtype == torch.float32 or max_batch >= 32
+            head_once = head_scored_once(next(model.parameters()).dtype, max_batch)
         self.head_once = head_once
         self.prefix_ids: list[int] = []
         self.sampler: Sampler | None = None  # None: greedy; else seeded sampling (adaptive_rag.lm.sampling)
@@ -357,6 +356,20 @@ class BatchDecoder:
     @property
     def active(self) -> list[Sequence]:
         return [s for s in self.seqs if not s.done]
+
+    def clear(self) -> None:
+        """Drop every sequence in flight and the batch cache (after an out-of-memory error: their rounds run
+        again); the shared head stays."""
+        self.seqs, self.cache, self.mask, self.pending, self.has_head = [], None, None, None, None
+        if self.buffer is not None:
+            self.buffer.row = self.buffer.all_rows = None
+
+
+def head_scored_once(dtype: torch.dtype, max_batch: int) -> bool:
+    """Whether decode steps score the shared head once for the batch (the batch cache holds only the rows' own
+    tokens) rather than reading a copy per row: in float32 always, in other dtypes from 32 rows (the timings in
+    :class:`BatchDecoder`)."""
+    return dtype == torch.float32 or max_batch >= 32
 
 
 def _causal_pairs(tokens: int, cached: int) -> int:

@@ -59,12 +59,14 @@ from inference.adapt_gate.gate_eval import (
 from inference.commands import eval_data
 from inference.commands.eval_checks import check_device, check_index_folder, check_model_name, check_output_dir
 from inference.commands.eval_folder import SingleProcess, locked_output, merge_shards, read_done, read_done_everywhere
+from inference.dynamic_rag.batch_plan import AUTO, BatchPlan, plan_generator_batch
 from inference.dynamic_rag.dragin_settings import DEFAULT_MAX_NEW_TOKENS, resolve_run
 from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
 from inference.dynamic_rag.methods import PRESETS, MethodConfig
 from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
 from inference.dynamic_rag.text_units import text_rules
 from inference.iter_retgen.loop import IterRetGen, IterRetGenConfig, LMGenerator
+from inference.iter_retgen.prompts import build_prompt
 from retrieval_adapt.corpus_store import load_meta
 
 DEFAULT_OUTPUT_ROOT = "runs/eval"
@@ -109,8 +111,10 @@ class EvalConfig:
 
 # Settings that only choose which questions run, or how: a resumed folder may differ in these.
 # answer_normalisation only changes scoring, which is recomputed from all predictions at the end.
+# batch_size only changes how many questions decode together (the answers are the same), so another machine's
+# plan may resume a folder.
 RESUMABLE_CHANGES = frozenset({"start", "limit", "shuffle_seed", "output_dir", "chunk_size", "show_progress", "device",
-                               "answer_normalisation", "report_to", "run_name"})
+                               "answer_normalisation", "report_to", "run_name", "batch_size", "memory_budget_gb"})
 
 
 def default_output_dir(method: str, dataset: str) -> str:
@@ -155,17 +159,43 @@ def make_runner(cfg: EvalConfig, method: MethodConfig, prompt: PromptConfig, eng
     gate = gate or GateMethodConfig()
     inner_cfg = inner_method(method, gate)
     inner = None if inner_cfg is None else method_runner(model, tokenizer, retriever, inner_cfg, prompt, engine)
-    return with_dtype(gate_runner(model, tokenizer, retriever, method, gate, engine.batch_size, inner), model)
+    batch = plan_generator_batch(engine.batch_size, model, prompt_tokens=GATE_PROMPT_TOKENS,
+                                 top_k=method.resolved().top_k, new_tokens=gate.gate_max_new_tokens,
+                                 budget_gb=engine.memory_budget_gb)
+    run = gate_runner(model, tokenizer, retriever, method, gate, batch.size, inner)
+    run.batch_plan = batch
+    run.inner_batch_plan = getattr(inner, "batch_plan", None)
+    return with_dtype(run, model)
+
+
+GATE_PROMPT_TOKENS = 64  # the gate prompt's words around the question and its passage (data_builders/adapt_llm.py)
+CHAT_TEMPLATE_TOKENS = 32  # a chat template's system turn and role markers
 
 
 def with_dtype(run, model):
-    """``run`` that says which dtype its model computes in (``dtype: auto`` resolves per machine), for config.yaml."""
+    """``run`` that says which dtype its model computes in (``dtype: auto`` resolves per machine), for config.yaml,
+    and carries the batch plans of what it runs, for metrics.json."""
     def runner(examples):
         return run(examples)
 
     dtype = getattr(model, "dtype", None)  # a transformers model's; absent on a test double
     runner.resolved_dtype = None if dtype is None else str(dtype).removeprefix("torch.")
+    runner.batch_plan = getattr(run, "batch_plan", None)
+    runner.inner_batch_plan = getattr(run, "inner_batch_plan", None)
     return runner
+
+
+def batching_record(run) -> dict[str, Any] | None:
+    """How many questions ran together (metrics.json's ``batching``): the plan, its halvings after out-of-memory
+    errors, and the gate's inner method's; None where the runner has no plan (a test double, nothing run)."""
+    plan: BatchPlan | None = getattr(run, "batch_plan", None)
+    if plan is None:
+        return None
+    out = plan.record()
+    inner: BatchPlan | None = getattr(run, "inner_batch_plan", None)
+    if inner is not None:
+        out["inner"] = inner.record()
+    return out
 
 
 def method_runner(model, tokenizer, retriever, method: MethodConfig, prompt: PromptConfig, engine: EngineConfig):
@@ -173,14 +203,24 @@ def method_runner(model, tokenizer, retriever, method: MethodConfig, prompt: Pro
     if method.method == "iter-retgen":
         return iter_retgen_runner(model, tokenizer, retriever, method, prompt, engine)
     eng = DynamicRAGEngine(model, tokenizer, retriever, PromptBuilder(tokenizer, prompt), method, engine)
-    return lambda examples: eng.run(examples, show_progress=False)
+
+    def run(examples):
+        return eng.run(examples, show_progress=False)
+
+    run.batch_plan = eng.batch  # halved in place after an out-of-memory error
+    return run
 
 
 def iter_retgen_runner(model, tokenizer, retriever, method: MethodConfig, prompt: PromptConfig,
                        engine: EngineConfig):
     """Iter-RetGen behind the same record type as the engine's methods (one retrieval per iteration)."""
-    generator = LMGenerator(model, tokenizer, max_new_tokens=engine.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
-                            batch_size=engine.batch_size)
+    new_tokens = engine.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+    # the prompt's own words (the demos too, under the paper style) and a chat template's
+    template = 0 if engine.batch_size != AUTO else len(tokenizer(build_prompt(prompt.prompt_style, "", []).user)
+                                                        .input_ids) + CHAT_TEMPLATE_TOKENS
+    batch = plan_generator_batch(engine.batch_size, model, prompt_tokens=template, top_k=method.resolved().top_k,
+                                 new_tokens=new_tokens, budget_gb=engine.memory_budget_gb)
+    generator = LMGenerator(model, tokenizer, max_new_tokens=new_tokens, batch_size=batch.size)
     loop = IterRetGen(retriever, generator, IterRetGenConfig(iterations=method.iterations,
                                                              top_k=method.resolved().top_k,
                                                              prompt_style=prompt.prompt_style))
@@ -190,6 +230,8 @@ def iter_retgen_runner(model, tokenizer, retriever, method: MethodConfig, prompt
         records = loop.run(examples)
         seconds = (time.perf_counter() - start) / max(1, len(examples))  # the chunk's wall time shared evenly
         return [r.to_prediction(seconds) for r in records]
+
+    run.batch_plan = batch
     return run
 
 
@@ -263,7 +305,10 @@ def evaluate_examples(examples: list[QAExample], cfg: EvalConfig, method: Method
             write_text_atomic(out / "config.yaml", yaml.safe_dump({**config_dict(cfg, method, prompt, engine, gate),
                                                               **({"resolved_dtype": resolved} if resolved else {})},
                                                              sort_keys=False))
-            print(f"{len(examples)} questions, {len(done)} already done, {len(todo)} to run here; output: {out}")
+            plan = getattr(run, "batch_plan", None)
+            batching = f"; {plan.describe()}" if plan is not None else ""
+            print(f"{len(examples)} questions, {len(done)} already done, {len(todo)} to run here{batching}; "
+                  f"output: {out}")
         shard = out / (f"predictions.rank{state.process_index}.jsonl" if state.num_processes > 1
                        else "predictions.jsonl")
         if run is not None:
@@ -275,7 +320,7 @@ def evaluate_examples(examples: list[QAExample], cfg: EvalConfig, method: Method
         # every process has finished: one predictions.jsonl, as a single process writes it (also after a resumed
         # data-parallel run that was interrupted, whose shards a later single process finds)
         merge_shards(out, [e.id for e in examples])
-        return write_metrics(out, examples, cfg, method, gate)
+        return write_metrics(out, examples, cfg, method, gate, batching=batching_record(run))
 
 
 def run_chunks(run, todo: list[QAExample], log: RecordLog, cfg: EvalConfig, method: MethodConfig, state,
@@ -303,7 +348,7 @@ def run_chunks(run, todo: list[QAExample], log: RecordLog, cfg: EvalConfig, meth
 
 
 def write_metrics(out: Path, examples: list[QAExample], cfg: EvalConfig, method: MethodConfig,
-                  gate: GateMethodConfig) -> dict[str, Any]:
+                  gate: GateMethodConfig, batching: dict[str, Any] | None = None) -> dict[str, Any]:
     wanted = {e.id for e in examples}
     records = [r for i, r in read_done(out).items() if i in wanted]
     metrics = summarise(records, normalisation=cfg.answer_normalisation, **scoring_mode(method, cfg.dataset))
@@ -320,6 +365,8 @@ def write_metrics(out: Path, examples: list[QAExample], cfg: EvalConfig, method:
         metrics["index_kind"] = meta.get("kind")
         if meta.get("kind") in ("bm25", "lucene"):
             metrics["bm25_scoring"] = meta.get("scoring", "bm25s")
+    if batching is not None:  # this invocation's: a resumed run records its own machine's batch
+        metrics["batching"] = batching
     write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2))
     print(json.dumps(metrics, indent=2))
     log_run(cfg.report_to, job="evaluate", name=cfg.run_name or out.name, folder=out,

@@ -27,6 +27,7 @@ from adaptive_rag.lm.tokenization import continuation_ids, prompt_ids
 from adaptive_rag.plumbing import dragin_eval
 from adaptive_rag.plumbing.records import Passage, PredictionRecord, QAExample, RetrievalRecord
 from adaptive_rag.plumbing.retriever import Retriever
+from inference.dynamic_rag import batch_plan
 from inference.dynamic_rag.authors_pass import QfsPass, authors_token_attention, last_layer_attention, qfs_pass_ids
 from inference.dynamic_rag.dragin_settings import DEFAULT_MAX_NEW_TOKENS
 from inference.dynamic_rag.methods import MethodConfig
@@ -42,7 +43,10 @@ ANSWER_MARKER = re.compile(r"the answer is", re.IGNORECASE)
 
 @dataclass
 class EngineConfig:
-    batch_size: int = 16  # questions decoding together
+    # questions decoding together: auto (as many as the memory holds, inference/dynamic_rag/batch_plan.py) or a
+    # number; an out-of-memory error halves it and the unfinished questions run again
+    batch_size: str = "auto"
+    memory_budget_gb: float | None = None  # bytes the auto batch may use (None: free CUDA memory; half the free RAM)
     # answer length budget; None: the profile's (paper 100; reference the authors' config: HotpotQA 100, 2Wiki 64,
     # IIRC 128, StrategyQA 100; inference/dynamic_rag/dragin_settings.py)
     max_new_tokens: int | None = None
@@ -58,8 +62,10 @@ class EngineConfig:
     packed_linears: bool = True
 
     def __post_init__(self):
-        if self.batch_size <= 0 or (self.max_new_tokens is not None and self.max_new_tokens <= 0):
-            raise ValueError("batch_size and max_new_tokens must be positive")
+        self.batch_size = batch_plan.parse_batch_size(self.batch_size)
+        if (self.max_new_tokens is not None and self.max_new_tokens <= 0) or (
+                self.memory_budget_gb is not None and self.memory_budget_gb <= 0):
+            raise ValueError("max_new_tokens and memory_budget_gb must be positive")
 
 
 @dataclass
@@ -114,14 +120,24 @@ class DynamicRAGEngine:
         self._retrieves_after_check = method.round_budget == "per_round" and method.trigger in (
             "fixed_length", "fixed_sentence")
         needs = method.needs(self.cfg.head_reduce)  # what the method's trigger and query former read
-        self.decoder = BatchDecoder(model, tokenizer,
-                                    reduce="none" if "attention_per_head" in needs else self.cfg.head_reduce,
+        reduce = "none" if "attention_per_head" in needs else self.cfg.head_reduce
+        head = shared_head_ids(tokenizer, prompts.head_probes()) if self.cfg.shared_head else []
+        self.batch = batch_plan.plan_engine_batch(
+            self.cfg.batch_size, model, tokenizer, prompts, head_ids=head, max_new_tokens=self.max_new_tokens,
+            top_k=method.top_k if method.retrieves else 0, budget_gb=self.cfg.memory_budget_gb,
+            capture="attention" in needs, per_head=reduce == "none")
+        self.decoder = BatchDecoder(model, tokenizer, reduce=reduce,
                                     capture="attention" in needs, stop_token_ids=stop_token_ids(tokenizer),
-                                    max_batch=self.cfg.batch_size, packed_linears=self.cfg.packed_linears)
+                                    max_batch=self.batch.size, packed_linears=self.cfg.packed_linears)
         if method.sampling == "checkpoint":
             self.decoder.sampler = Sampler.from_checkpoint(model, method.sampling_seed)
         if self.cfg.shared_head:
-            self.decoder.set_shared_prefix(shared_head_ids(tokenizer, prompts.head_probes()))
+            self.decoder.set_shared_prefix(head)
+
+    @property
+    def batch_size(self) -> int:
+        """Questions decoding together now (planned, or the user's; halved after an out-of-memory error)."""
+        return self.batch.size
 
     # -- prompts ------------------------------------------------------------------------------------------
     def _start_round(self, state: QuestionState) -> Sequence:
@@ -167,19 +183,44 @@ class DynamicRAGEngine:
         states = [QuestionState(ex) for ex in examples]
         bar = tqdm(total=len(states), desc=self.method.method, disable=not show_progress, unit="q")
         start = time.perf_counter()
-        self._drive(states, bar)
-        if self.method.answer_extraction == "dragin":  # eval.py's regenerate_answer, batched like any round
-            again = [st for st in states if dragin_eval.needs_regeneration(st.output or "")]
-            for st in again:
-                # from the answer as generated (its leading space too), not the stripped output
-                st.prior_base = st.prior = dragin_eval.regeneration_prefix(st.prior)
-                st.kept_ids, st.docs, st.regenerating = [], [], True
-                st.after_retrieval = False
-            self._drive(again, None)
+        while True:
+            try:
+                self._answer(states, bar)
+                break
+            except RuntimeError as err:  # torch.OutOfMemoryError is one
+                if not batch_plan.is_out_of_memory(err) or not self._halve_batch(states, bar):
+                    raise
         bar.close()
         per_question = (time.perf_counter() - start) / max(1, len(states))  # batch wall time shared evenly
         return [st.record(output_tokens=len(self.tokenizer.encode(st.output or "", add_special_tokens=False)),
                           batch_mean_seconds=per_question) for st in states]
+
+    def _answer(self, states: list[QuestionState], bar) -> None:
+        """Decode every question without an output; then, under answer_extraction dragin, force an answer where
+        eval.py's regenerate_answer would (an output is cleared until its forced answer is written)."""
+        self._drive([st for st in states if st.output is None], bar)
+        if self.method.answer_extraction == "dragin":  # eval.py's regenerate_answer, batched like any round
+            again = [st for st in states if not st.regenerating and dragin_eval.needs_regeneration(st.output or "")]
+            for st in again:
+                # from the answer as generated (its leading space too), not the stripped output
+                st.prior_base = st.prior = dragin_eval.regeneration_prefix(st.prior)
+                st.kept_ids, st.docs, st.regenerating = [], [], True
+                st.after_retrieval, st.output = False, None
+            self._drive(again, None)
+
+    def _halve_batch(self, states: list[QuestionState], bar) -> bool:
+        """After an out-of-memory error: answered questions stay, the others start again from scratch at half the
+        batch (a round cut short leaves nothing to resume from). False when the batch is already 1."""
+        self.decoder.clear()
+        batch_plan.release_memory(self.decoder.device)
+        answered = sum(st.output is not None for st in states)
+        if not self.batch.halve(answered, len(states)):
+            return False
+        self.decoder.max_batch = self.batch.size
+        states[:] = [st if st.output is not None else QuestionState(st.example) for st in states]
+        bar.n = answered
+        bar.refresh()
+        return True
 
     def _drive(self, states: list[QuestionState], bar) -> None:
         """Decode ``states`` to the end (retrievals included); ``bar`` counts the finished questions."""
@@ -198,7 +239,7 @@ class DynamicRAGEngine:
             for st in done:
                 waiting.remove(st)
                 st.output = st.prior.strip()
-            room = self.cfg.batch_size - len(self.decoder.active)
+            room = self.batch.size - len(self.decoder.active)
             if waiting and room > 0:
                 self.decoder.admit([self._start_round(waiting.popleft()) for _ in range(min(room, len(waiting)))])
             elif self.decoder.active:
