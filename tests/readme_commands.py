@@ -19,7 +19,10 @@ from pathlib import Path
 import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# README, the docs pages, and the READMEs beside recipes and configs (accelerate_configs/, bench/experiments/, ...)
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+        *sorted(p for p in [*ROOT.glob("*/README.md"), *ROOT.glob("*/*/README.md")]
+                if not {"runs", "data", ".venv"} & set(p.relative_to(ROOT).parts))]
 # the project's own top-level folders: a module under them must exist; anything else (torch, pytest) is not ours
 PROJECT = ("adaptive_rag", "data_builders", "retrieval_adapt", "inference", "training", "bench")
 # programs run by a launcher: everything up to the program is the launcher's own options
