@@ -271,4 +271,8 @@ def check(shown: Shown) -> list[str]:
         return []
     first = tuple(program.args[:1]) if program.args and program.args[0].endswith((".yaml", ".yml")) \
         and (ROOT / program.args[0]).is_file() else ()
-    return flag_problems(parser_of(program.kind, program.name, first), program.args)
+    try:
+        parser = parser_of(program.kind, program.name, first)
+    except Exception as err:  # a program whose main() fails before it parses: named, not a crash of the check
+        return [f"{program.name}: its parser could not be read ({type(err).__name__}: {err})"]
+    return flag_problems(parser, program.args)

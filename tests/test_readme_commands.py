@@ -55,6 +55,8 @@ def test_the_check_catches_an_unknown_flag_a_bad_choice_and_a_missing_program():
     assert _one("`bash bench/experiments/no_such.sh 0`") == ["bench/experiments/no_such.sh does not exist"]
     assert _one("`bench/gpu_check.py` alone, then `python bench/gpu_check.py --fast`") == [
         "bench/gpu_check.py takes no options, shown with --fast"]
+    sweep = _one("`python -m inference.commands.sweep --limit 2`")  # its main() reads the recipe before parsing
+    assert len(sweep) == 1 and sweep[0].startswith("inference.commands.sweep: its parser could not be read")
 
 
 def test_launchers_and_console_scripts_reach_the_program():
