@@ -157,3 +157,23 @@ def test_long_commands_state_one_measured_time():
 def test_readme_warns_that_smollm2_scores_near_zero_on_hotpotqa_few_shot():
     assert re.search(r"SmolLM2-135M scores near zero on HotpotQA with the papers' few-shot", README)
     assert "world-two-hop" in README
+
+
+def test_readme_opens_with_one_setup_one_main_job_and_the_ci_test_command():
+    """The project's standard: README starts with ONE set-up command, ONE command for the main job on the embedded
+    default, and the command that runs the tests, which .ci/run runs too, spelled the same."""
+    first = re.search(r"```bash\n(.*?)```", README, flags=re.S).group(1)
+    commands = [line.split("#")[0].strip() for line in first.strip().splitlines()]
+    assert commands == ["make setup",
+                        "accelerate launch --config_file accelerate_configs/cpu.yaml training/adapt_llm.py",
+                        "python -m pytest -q"]
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    assert commands[0] in ci and commands[2] in ci
+
+
+def test_readme_is_a_short_guide():
+    """A newcomer reads it in ten minutes: at most about 300 lines, one results table with its date, and no load
+    averages (the measurements' narratives live in docs/)."""
+    assert len(README.splitlines()) <= 300
+    assert "load average" not in README and "load 1." not in README
+    assert re.search(r"Measured on .* 2026-\d\d-\d\d", README)
