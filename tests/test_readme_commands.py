@@ -11,7 +11,7 @@ from readme_commands import DOCS, ROOT, all_shown, check, resolve, shown_command
 # low_margin and its --margin knob; tests/test_plugins.py runs that example on the engine).
 NEEDS_THE_EXAMPLE = ("--trigger low_margin",)
 # Commands another change is adding: reported as missing until the module lands.
-COMING = {"inference.commands.reproduce", "training.grpo", "arag-reproduce"}
+COMING = {"training.grpo"}
 
 
 def _cases():
