@@ -1,0 +1,140 @@
+"""GRPO on the retrieval decision: the reward's bookkeeping (hand-computed), the gate rollout with retrieval, the
+format term, the exploration rows, the config's refusals, and the tokenizer cases where <RET>'s ids matter."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+from conftest import tiny_llama
+from tokenizer_matrix import make_tokenizer
+
+from adaptive_rag.lm.generation import Generation
+from adaptive_rag.lm.tokenization import prompt_ids
+from data_builders.adapt_llm_prompts import RET_TOKEN, context_prompt, parametric_prompt
+from inference.adapt_gate.ret_token import text_piece_ids
+from training import grpo_rollout
+from training.grpo_config import GrpoTaskConfig, GrpoTrainConfig
+from training.grpo_rewards import reward_functions, total_reward
+from training.grpo_rollout import GateRollout, forced_rows
+from training.lora_sft import add_ret_token
+
+
+def test_reward_is_correct_minus_lambda_per_retrieval_plus_format():
+    funcs = reward_functions("contains", True, penalty=0.3, format_reward=0.1)
+    logged = {}
+    fields = dict(answer=["Paris", "the city of Paris.", None, "Lyon"], answers=[["paris"], ["Paris"], ["Paris"],
+                                                                                 ["Paris"]],
+                  retrievals=[0, 1, 2, 1], well_formed=[True, True, False, False],
+                  log_metric=lambda name, value: logged.setdefault(name, value))
+    # 1 - 0 + 0.1 | 1 - 0.3 + 0.1 | 0 - 0.6 + 0 | 0 - 0.3 + 0
+    assert total_reward(funcs, **fields) == pytest.approx([1.1, 0.8, -0.6, -0.3])
+    assert [f.__name__ for f in funcs] == ["correct", "retrieval_cost", "format"]  # trl logs each under its name
+    assert logged == {"retrieval_share": 0.75, "retrievals": 1.0}
+    exact = reward_functions("exact_match", True, penalty=0.0, format_reward=0.0)
+    assert total_reward(exact, **{**fields, "log_metric": None}) == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_forced_rows_are_the_first_of_each_group():
+    assert forced_rows(8, 4, 0.25) == {0, 4}
+    assert forced_rows(8, 4, 0.5) == {0, 1, 4, 5}
+    assert forced_rows(6, 3, 0.0) == set()
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"retrieval_penalty": -1}, "retrieval_penalty and format_reward must be >= 0"),
+    ({"explore_ret": 1.0}, r"explore_ret must be in \[0, 1\)"),
+    ({"task": "search", "explore_ret": 0.2}, "explore_ret forces <RET>"),
+    ({"task": "agent"}, "task must be one of gate, search"),
+])
+def test_task_config_refuses(kw, match):
+    with pytest.raises(ValueError, match=match):
+        GrpoTaskConfig(**kw)
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"num_generations": 1}, "num_generations must be >= 2"),
+    ({"finetune": "full", "init_adapter": "x"}, "init_adapter continues a LoRA adapter"),
+    ({"beta": -0.1}, "beta must be >= 0"),
+])
+def test_train_config_refuses(kw, match):
+    with pytest.raises(ValueError, match=match):
+        GrpoTrainConfig(**kw)
+
+
+@pytest.fixture()
+def ret_tokenizer():
+    tokenizer = make_tokenizer("bpe")
+    add_ret_token(tokenizer)
+    return tokenizer
+
+
+def trainer_for(model, group: int = 4):
+    return SimpleNamespace(model=model, accelerator=SimpleNamespace(unwrap_model=lambda m: m),
+                           num_generations=group, state=SimpleNamespace(global_step=0))
+
+
+@pytest.fixture()
+def context_answers(monkeypatch):
+    """The context prompt's answer is the environment's: a stub that answers every prompt "Paris"."""
+    seen: list[str] = []
+
+    def answer(model, tokenizer, prompts, **kwargs):
+        seen.extend(prompts)
+        return [Generation(" Paris\n\n### Note", 2, {}) for _ in prompts]
+
+    monkeypatch.setattr(grpo_rollout, "generate_texts", answer)
+    return seen
+
+
+def test_outcomes_of_each_kind_of_decision(ret_tokenizer, fake_retriever, context_answers):
+    tok = ret_tokenizer
+    rollout = GateRollout(tok, fake_retriever, GrpoTaskConfig(top_k=1), GrpoTrainConfig())
+    eos, ret = tok.eos_token_id, tok.convert_tokens_to_ids(RET_TOKEN)
+    lyon = tok(" Lyon", add_special_tokens=False)["input_ids"]
+    completions = [[ret, eos], lyon + [eos], [ret] + lyon + [eos], lyon, [eos]]
+    ended = ["eos", "eos", "eos", "length", "eos"]
+    got = rollout.outcomes(tiny_llama(len(tok)), ["Q0?", "Q1?", "Q2?", "Q3?", "Q4?"], completions, ended, {0})
+    # <RET> alone retrieves with the question and is well formed; <RET> with more text retrieves but is not
+    assert got["retrievals"] == [1, 0, 1, 0, 0]
+    assert got["well_formed"] == [True, True, False, False, False]  # truncated (length) and empty are not
+    assert got["answer"] == ["Paris", "Lyon", "Paris", "Lyon", ""]
+    assert got["forced"] == [True, False, False, False, False]
+    assert fake_retriever.queries == ["Q0?", "Q2?"]
+    assert context_answers == [context_prompt("Q0?", ["Doc 0 About Q0?."], "paper", 40),
+                               context_prompt("Q2?", ["Doc 0 About Q2?."], "paper", 40)]
+
+
+def test_the_rollout_returns_what_trl_reads(ret_tokenizer, fake_retriever, context_answers):
+    tok = ret_tokenizer
+    task = GrpoTaskConfig(explore_ret=0.5)
+    rollout = GateRollout(tok, fake_retriever, task, GrpoTrainConfig(max_new_tokens=4, num_generations=2))
+    prompts = ["Who founded Osk?"] * 2 + ["Where is Lima?"] * 2
+    out = rollout(prompts, trainer_for(tiny_llama(len(tok)), group=2))
+    assert out["prompt_ids"][0] == prompt_ids(tok, parametric_prompt("Who founded Osk?"))
+    ret, eos = tok.convert_tokens_to_ids(RET_TOKEN), tok.eos_token_id
+    # rows 0 and 2 open their groups: set to <RET> + EOS, log-probabilities unknown (NaN: trl corrects nothing)
+    assert out["completion_ids"][0] == out["completion_ids"][2] == [ret, eos]
+    assert all(math.isnan(x) for x in out["logprobs"][0])
+    for ids, lps in zip(out["completion_ids"], out["logprobs"]):
+        assert len(ids) == len(lps) and 1 <= len(ids) <= 4
+    assert out["retrievals"][0] == out["retrievals"][2] == 1 and out["forced"] == [True, False, True, False]
+    assert fake_retriever.queries[:2] == ["Who founded Osk?", "Where is Lima?"]
+    assert "env_mask" not in out  # the whole decision is the policy's
+
+
+@pytest.mark.parametrize("family", ["bpe_bos", "sentencepiece"])
+def test_plain_text_ret_is_forced_and_read_with_the_pieces_the_gate_reads(family, fake_retriever, context_answers):
+    """ret_token text on a BOS tokenizer and on Llama-2-style SentencePiece: the forced decision is the pieces
+    "<RET>" has after the parametric prompt (the threshold rule's pieces), it reads back as a retrieval, and the
+    prompt carries BOS once."""
+    tok = make_tokenizer(family)
+    rollout = GateRollout(tok, fake_retriever, GrpoTaskConfig(ret_token="text", explore_ret=0.5),
+                          GrpoTrainConfig(max_new_tokens=3, num_generations=2))
+    out = rollout(["Who founded Osk?"] * 2, trainer_for(tiny_llama(len(tok)), group=2))
+    assert out["completion_ids"][0] == text_piece_ids(tok) + [tok.eos_token_id]
+    assert rollout.decision_text(out["completion_ids"][0]) .strip() == RET_TOKEN
+    assert out["retrievals"][0] == 1 and out["well_formed"][0]
+    ids = out["prompt_ids"][0]
+    assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1
