@@ -118,6 +118,17 @@ def dragin_recipe(family: str, dataset: str) -> tuple[Path, dict]:
     return path, recipe
 
 
+def _for_method(recipe: dict, method: str) -> dict:
+    """The row's settings a method reads. attention_pass is RIND's alone (inference/commands/knobs.py), and the
+    engine runs the authors' pass for any method given it, failing on those that never capture attention (every
+    method but dragin): so the others run with the default, which for them is the same run."""
+    from inference.dynamic_rag.methods import PRESETS
+
+    if PRESETS[method].trigger == "rind":
+        return recipe
+    return {k: v for k, v in recipe.items() if k != "attention_pass"}
+
+
 def dragin_steps(opts: Options) -> list[Step]:
     data, family = opts.out / "data", dragin_family(opts.model)
     datasets = opts.datasets or list(DRAGIN_DATASETS)
@@ -134,7 +145,7 @@ def dragin_steps(opts: Options) -> list[Step]:
         source, name = DRAGIN_DATASETS[dataset]
         for method in opts.methods or DRAGIN_METHODS:
             folder = runs / dataset / f"method={method}"
-            settings = {"method": method, **recipe, "dataset": str(data_file(data, source, name)),
+            settings = {"method": method, **_for_method(recipe, method), "dataset": str(data_file(data, source, name)),
                         "index": str(index), "authors_code": str(data / "dragin-code"), "output_dir": str(folder),
                         **({"model": opts.model} if opts.model else {}),
                         **({"limit": opts.limit} if opts.limit else {}), **_sets(opts)}
