@@ -162,6 +162,29 @@ def check_sample(folder: Path, n: int, size: int = 32) -> list[list[Any]]:
     return [[i, store[i].id] for i in positions]
 
 
+RUN_FILES = ("predictions.jsonl", "metrics.json")  # what an evaluation writes into its run folder
+
+
+def run_folder_problem(folder: str | Path, what: str = "an index folder") -> str | None:
+    """What to tell a user who gave an evaluation's run folder where ``what`` goes (it holds predictions.jsonl
+    or metrics.json): the index that run read, as its config.yaml records it. None for any other folder."""
+    folder = Path(folder)
+    found = [name for name in RUN_FILES if (folder / name).is_file()]
+    if not found or (folder / META).is_file():
+        return None
+    try:
+        import yaml
+
+        config = yaml.safe_load((folder / CONFIG).read_text(encoding="utf-8"))
+    except Exception:  # noqa: BLE001 (a missing or unreadable config.yaml only loses the hint)
+        config = None
+    used = config.get("index", "") if isinstance(config, dict) else ""
+    hint = (f"; that run read the index {used}" if used else
+            "; that run read the embedded world's BM25 (no index folder)" if isinstance(config, dict) and "index" in
+            config else "")
+    return f"{folder} is a run folder ({', '.join(found)}), not {what}{hint}"
+
+
 def load_meta(index_dir: str | Path) -> dict[str, Any]:
     """``meta.json``, after checking that every file its manifest lists is there with its size."""
     folder = Path(index_dir)
@@ -170,6 +193,8 @@ def load_meta(index_dir: str | Path) -> dict[str, Any]:
         if not folder.exists() and old_path(folder).is_dir():
             raise IndexFolderError(f"does not exist, but {old_path(folder).name} holds the index an interrupted "
                                    "rebuild moved aside: rename it back, or rebuild", source=str(folder))
+        if (problem := run_folder_problem(folder)) is not None:
+            raise DataError(problem)
         if folder.is_dir() and any(p.name in INDEX_ENTRIES - {FolderLock.NAME} for p in folder.iterdir()):
             raise damaged(folder, f"is an unfinished index folder (no {META})")
         raise FileNotFoundError(f"{index_dir} is not an index folder (no {META}); build one with "

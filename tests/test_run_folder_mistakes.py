@@ -115,6 +115,46 @@ def test_a_query_encoder_of_another_dimension_is_refused_in_one_line(dense_index
     dense.check_query_encoder(dense_index, str(tiny_encoder))  # the same size: nothing to say
 
 
+def test_evaluate_checks_the_query_encoder_size_before_the_model_loads(dense_index, wide_encoder, tmp_path, capsys,
+                                                                        monkeypatch):
+    from adaptive_rag.lm import models
+    from inference.commands import evaluate
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model must not load")
+
+    monkeypatch.setattr(models, "load_causal_lm", no_load)
+    out = tmp_path / "out"
+    argv = ["--method", "sr-rag", "--dataset", "world-two-hop", "--limit", "1", "--index", str(dense_index),
+            "--query_encoder", str(wide_encoder), "--output_dir", str(out)]
+    assert run_cli(evaluate.main, argv=argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "makes 24-dimensional vectors" in err and not out.exists()
+
+
+# --- a run folder where an index goes ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("index", [None, "runs/index/hotpotqa-bm25"])
+def test_a_run_folder_given_as_the_index_is_named_a_run_folder(index, tmp_path, capsys):
+    from inference.commands.eval_checks import check_index_folder
+    from retrieval_adapt import search
+    from retrieval_adapt.corpus_store import load_meta
+
+    run = _run(tmp_path / "run", [_rec("q1", "So the answer is Osk.")], {"method": "dragin", "index": index})
+    used = f"that run read the index {index}" if index else "that run read the embedded world's BM25 (no index folder)"
+    expected = f"--index {run} is a run folder (predictions.jsonl, metrics.json), not an index folder; {used}"
+    with pytest.raises(ConfigError) as err:
+        check_index_folder(str(run))
+    assert str(err.value) == expected
+    with pytest.raises(ValueError, match="is a run folder .* not an index folder") as err:
+        load_meta(run)
+    assert "unfinished" not in str(err.value) and "rebuild" not in str(err.value)
+    assert run_cli(search.main, argv=[str(run), "who founded Kelmora?"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a run folder" in err
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "metrics.json", "predictions.jsonl"]
+
+
 # --- torn last lines, and each run scored as its config.yaml says ---------------------------------------------
 
 def _rec(qid: str, output: str) -> dict:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from adaptive_rag.lm.names import looks_local
 from adaptive_rag.plumbing.errors import ConfigError, DataError
+from retrieval_adapt.corpus_store import run_folder_problem
 
 INDEX_KINDS = ("bm25", "dense", "lucene")
 
@@ -79,6 +80,8 @@ def check_index_folder(index: str, query_encoder: str | None = None, flag: str =
         raise ConfigError(f"{flag} {index}: " + ("not a folder" if folder.exists() else "no such folder")
                           + " (build one with `python -m retrieval_adapt.build_index --corpus FILE --out DIR`)")
     meta_path = folder / "meta.json"
+    if (problem := run_folder_problem(folder)) is not None:
+        raise ConfigError(f"{flag} {problem}")
     if not meta_path.is_file():
         raise ConfigError(f"{flag} {index} is not an index folder (no meta.json); build one with "
                           "`python -m retrieval_adapt.build_index --help`")
@@ -94,7 +97,10 @@ def check_index_folder(index: str, query_encoder: str | None = None, flag: str =
         raise ConfigError(f"--query_encoder applies to dense indexes only; {index} holds a {kind} index")
     if kind == "dense":
         if query_encoder:
+            from retrieval_adapt.dense import check_query_encoder
+
             check_model_name(query_encoder, flag="--query_encoder")
+            check_query_encoder(index, query_encoder, meta)  # a size the index does not hold: before the model loads
         elif not isinstance(meta.get("encoder"), str):
             raise DataError("a dense index needs the name of its encoder ('encoder')", source=str(meta_path))
         else:
