@@ -179,3 +179,53 @@ def test_the_report_says_what_differs_from_the_paper():
     assert not any("show_progress" in line for line in mine)  # how a run is shown is no difference
     adapt = differences(TABLES["adapt-llm-popqa"], Options("adapt-llm-popqa", cuda=False))
     assert any(line.startswith("precision: full") for line in adapt)
+
+
+def _gate_folder(folder: Path, summaries: dict) -> None:
+    """An ADAPT-LLM evaluation as training/adapt_llm.py leaves it: four PopQA-like questions whose closed-book answer
+    is right for the first only, whose context answer is right for the first three, and whose parametric answer is
+    the gold one for the first and <RET> for the others."""
+    eval_dir = folder / "eval"
+    eval_dir.mkdir(parents=True)
+    (folder / "config.yaml").write_text("judge: contains\njudge_normalize: false\ngate_rule: token\n")
+    golds = ["Lima", "Paris", "Rome", "Oslo"]
+    rows = []
+    for i, gold in enumerate(golds):
+        rows.append({"id": str(i), "question": f"q{i}?", "answers": [gold], "output": "", "policy": "adapt_llm",
+                     "retrieved": i > 0, "answered_by": "context" if i else "parametric", "p_ret": 0.1,
+                     "popularity": 3, "retrievals": [], "parametric_output": gold if i == 0 else "<RET>",
+                     "closed_book_output": gold if i == 0 else "no idea", "context_output": gold if i < 3 else "Bern",
+                     "llm_forward_passes": 3, "generated_tokens": 3, "batch_mean_seconds": 0.1})
+    (eval_dir / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (eval_dir / "summary.json").write_text(json.dumps({"summaries": summaries}))
+
+
+def test_the_adapt_llm_rows_come_from_each_trained_model_with_intervals_from_its_records(tmp_path):
+    from inference.commands.reproduce_report import adapt_rows
+
+    opts = Options("adapt-llm-popqa", output_dir=str(tmp_path), model="m")
+    runs = [s for s in TABLES["adapt-llm-popqa"].steps(opts) if s.kind == "run"]
+    # by hand: NR answers 1 of 4 (closed-book), AR 3 of 4 (context), ADAPT-LLM 1 parametric + 2 of 3 retrieved = 3/4
+    job = {"nr": [0.25, 0.75, 0.75], "ar": [0.25, 0.75, 0.75], "adapt": [0.25, 0.75, 0.75]}
+    job["ar"][1] = 0.5  # this summary disagrees with its records: its row shows no interval rather than a wrong one
+    for step, mode in zip(runs, ("nr", "ar", "adapt")):
+        names = ("NR", "AR", "ADAPT-LLM")
+        _gate_folder(Path(step.folder).parent, {
+            n: {"n": 4, "accuracy": acc, "retrieval_share": share}
+            for n, acc, share in zip(names, job[mode], (0.0, 1.0, 0.75))})
+    lines = adapt_rows(runs)
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")] for line in lines[2:]}
+    assert rows["NR-LLM"][2:] == ["4", "0.250 [0.000, 0.750]", "—", "—", "0.000", "—", "—"]
+    assert rows["AR-LLM"][3] == "0.500"  # no interval: the records give 0.75
+    assert rows["ADAPT-LLM"][3].startswith("0.750 [") and rows["ADAPT-LLM"][6] == "0.750"
+
+
+def test_ctrl_c_names_the_step_and_keeps_its_own_word(tmp_path, monkeypatch, capsys):
+    def interrupted(argv):
+        raise KeyboardInterrupt("1 of 2 questions are saved in x/predictions.jsonl")
+
+    monkeypatch.setattr(importlib.import_module("data_builders.download"), "main", interrupted)
+    assert run_cli(rp.main, argv=["iter-retgen-hotpotqa", "--output_dir", str(tmp_path)]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err == ("interrupted: during step download (1 of 2 questions are saved in x/predictions.jsonl); rerun the "
+                   "same command: complete steps are skipped and this one resumes")

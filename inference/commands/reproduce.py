@@ -121,9 +121,10 @@ def reproduce(opts: Options, *, log=print) -> list[str]:
         start = time.time()
         try:
             run_step(step)
-        except KeyboardInterrupt:
-            raise KeyboardInterrupt(f"during step {step.name}; rerun the same command: complete steps are skipped and "
-                                    "this one resumes") from None
+        except KeyboardInterrupt as err:  # the step's own word on what it kept (an evaluation's saved questions)
+            kept = f" ({one_line(str(err))})" if str(err) else ""
+            raise KeyboardInterrupt(f"during step {step.name}{kept}; rerun the same command: complete steps are "
+                                    "skipped and this one resumes") from None
         finally:
             release_memory()
         if step.kind == "run":
