@@ -229,3 +229,26 @@ def test_ctrl_c_names_the_step_and_keeps_its_own_word(tmp_path, monkeypatch, cap
     err = capsys.readouterr().err.strip()
     assert err == ("interrupted: during step download (1 of 2 questions are saved in x/predictions.jsonl); rerun the "
                    "same command: complete steps are skipped and this one resumes")
+
+
+def test_a_run_cut_off_is_scored_from_its_records_and_marked(tmp_path):
+    from inference.commands.reproduce_report import dragin_rows
+
+    opts = Options("dragin-table2", output_dir=str(tmp_path), datasets=["hotpotqa"], methods=["sr-rag", "dragin"])
+    runs = [s for s in TABLES["dragin-table2"].steps(opts) if s.kind == "run"]
+    folder = Path(runs[0].folder)
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(
+        "method: sr-rag\ndataset: data/hotpotqa/hotpot_dev_distractor_v1.json\ndemos: hotpotqa\n"
+        "dragin_profile: reference\nreference_config: Llama2-7b-chat\n")
+    records = [{"id": "a", "question": "q?", "answers": ["Lima"], "output": "So the answer is Lima.",
+                "retrievals": [{"round": 0, "query": "q?", "doc_ids": ["1"]}]},
+               {"id": "b", "question": "r?", "answers": ["Rome"], "output": "So the answer is Oslo.",
+                "retrievals": [{"round": 0, "query": "r?", "doc_ids": ["2"]}]}]
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + '{"id": "c", "quest')
+    lines = dragin_rows(runs)
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert cells[:3] == ["hotpotqa", "sr-rag (unfinished)", "2"]  # the torn third line is left out
+    assert cells[3].startswith("0.500 [") and cells[4:6] == ["0.164", "+0.336"]  # EM: one of two; the paper's
+    assert cells[9:] == ["1.00 [1.00, 1.00]", "1.00", "+0.00"]
+    assert lines[3] == "| hotpotqa | dragin | 0 | " + " | ".join(["—"] * 9) + " |"  # not run yet

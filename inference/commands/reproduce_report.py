@@ -84,7 +84,8 @@ def dragin_rows(steps: list[Step]) -> list[str]:
                           method=method) or (None, None, None)
         cells = [*cell(m.get("em"), ci.get("em"), paper[0]), *cell(m.get("f1"), ci.get("f1"), paper[1]),
                  *cell(m.get("retrieval_calls"), ci.get("retrieval_calls"), paper[2], digits=2)]
-        lines.append(f"| {dataset} | {run.method} | {m.get('n', 0)} | " + " | ".join(cells) + " |")
+        shown = run.method + ("" if (Path(step.folder) / "metrics.json").is_file() else " (unfinished)")
+        lines.append(f"| {dataset} | {shown} | {m.get('n', 0)} | " + " | ".join(cells) + " |")
     return lines
 
 
