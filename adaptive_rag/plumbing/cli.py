@@ -39,3 +39,20 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def true_or_false(text: str) -> bool:
+    """``--flag true|false|yes|no|1|0``, as HfArgumentParser reads a boolean field."""
+    value = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}.get(text.lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value
+
+
+def add_show_progress(parser: argparse.ArgumentParser, *old_negative: str) -> None:
+    """``--show_progress [true|false]`` and ``--no_show_progress``, spelled as on the dataclass commands
+    (``evaluate``, ``distill_set``); ``old_negative`` are earlier spellings of the negative (``--no-progress``)."""
+    parser.add_argument("--show_progress", "--show-progress", type=true_or_false, nargs="?", const=True, default=True,
+                        metavar="{true,false}", help="progress bars (default: true)")
+    parser.add_argument("--no_show_progress", "--no-show-progress", *old_negative, dest="show_progress",
+                        action="store_false", help="the same as --show_progress false")

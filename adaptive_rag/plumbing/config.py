@@ -8,11 +8,13 @@ next to every output with :func:`save_config`.
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import re
 import sys
 import typing
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -59,7 +61,7 @@ def parse_config(types: tuple[type, ...], argv: list[str] | None = None, *, prog
     parser = config_parser(types, prog=prog, description=description)
     if argv and not argv[0].startswith("-") and argv[0].endswith((".yaml", ".yml")):
         path = argv.pop(0)
-        data = _load_yaml(path)
+        data = rename_aliases(types, _load_yaml(path), where=f"{path}: ")
         known = {f.name for t in types for f in dataclasses.fields(t)}
         refuse_renamed(types, data, where=f"{path}: ")
         unknown = sorted(set(data) - known)
@@ -145,6 +147,31 @@ def _describe(hint: Any) -> str:
         hint, getattr(hint, "__name__", str(hint)))
 
 
+def aliases(types: tuple[type, ...]) -> dict[str, str]:
+    """``{old name: field}`` for every field that lists earlier spellings in its metadata (``aliases=["--out"]``,
+    the way transformers' ``HfArg`` does): the command line takes each as a flag, a YAML as a key."""
+    return {alias.lstrip("-").replace("-", "_"): f.name for t in types for f in dataclasses.fields(t)
+            for alias in _listed(f.metadata.get("aliases"))}
+
+
+def _listed(value) -> list[str]:
+    return [value] if isinstance(value, str) else list(value or [])
+
+
+def rename_aliases(types: tuple[type, ...], data: dict[str, Any], *, where: str = "") -> dict[str, Any]:
+    """``data`` with every key that is an old spelling of a field (see :func:`aliases`) under the field's name; a
+    mapping that gives a field under two spellings is refused in one line naming both."""
+    old_names = aliases(types)
+    out: dict[str, Any] = {}
+    given: dict[str, str] = {}  # field -> the key that gave it
+    for key, value in data.items():
+        name = old_names.get(key, key)
+        if name in out:
+            raise ConfigError(f"{where}{given[name]} and {key} are the same field; give it once, as {name}")
+        out[name], given[name] = value, key
+    return out
+
+
 def refuse_renamed(types: tuple[type, ...], names, *, where: str = "", flag: str = "") -> None:
     """A field that was renamed fails with one line naming its new name. Each dataclass lists its old names in a
     ``RENAMED`` class attribute: ``{"end": "limit (the number of questions from start)"}``, the value starting with
@@ -187,6 +214,16 @@ def config_parser(types: tuple[type, ...], *, prog: str | None = None, descripti
                     f.type = hints[f.name]
                     self._parse_dataclass_field(group, f)
 
+        @staticmethod
+        def _parse_dataclass_field(parser, field):
+            # an old spelling works as --old_name and --old-name, as the field's own name does
+            old = _listed(field.metadata.get("aliases"))
+            hyphens = [o.replace("_", "-") for o in old if o.replace("_", "-") not in old]
+            if hyphens:
+                field = copy.copy(field)
+                field.metadata = MappingProxyType({**field.metadata, "aliases": old + hyphens})
+            HfArgumentParser._parse_dataclass_field(parser, field)
+
     prog = prog or Path(sys.argv[0]).name
     parser = _OneLineErrors(Grouped)(
         types, prog=prog, description=description, formatter_class=_HelpFormatter,
@@ -196,14 +233,31 @@ def config_parser(types: tuple[type, ...], *, prog: str | None = None, descripti
     for cls in types:
         helps.update(field_comments(cls))
     for action in parser._actions:
-        if action.help is not None or not action.option_strings:
+        if not action.option_strings or isinstance(action, argparse._HelpAction):
             continue
-        if action.option_strings[0].startswith("--no_"):  # HfArgumentParser's complement of a true-by-default flag
-            action.help = f"the same as --{action.dest} false"
+        if action.help is None and action.option_strings[0].startswith("--no_"):  # HfArgumentParser's complement
+            action.help = f"the same as --{action.dest} false"  # of a true-by-default flag
             action.default = argparse.SUPPRESS  # shown once, with its positive flag
-        else:
-            action.help = helps.get(action.dest, "").replace("%", "%%") or "(default: %(default)s)"
+        elif action.help is None:
+            action.help = helps.get(action.dest, "").replace("%", "%%")
+        old = _earlier_spellings(action.option_strings)
+        if old and action.help != argparse.SUPPRESS:  # an earlier spelling still works: the help says so
+            action.help = f"{action.help} (also {', '.join(old)})".lstrip()
+        if action.help == "":
+            action.help = "(default: %(default)s)"
     return parser
+
+
+def _earlier_spellings(option_strings: list[str]) -> list[str]:
+    """The aliases of an option other than its own hyphenated spelling, each once (``--index_dir``, not also
+    ``--index-dir``)."""
+    seen = {option_strings[0].replace("-", "_")}
+    old = []
+    for option in option_strings[1:]:
+        if option.replace("-", "_") not in seen:
+            seen.add(option.replace("-", "_"))
+            old.append(option)
+    return old
 
 
 def _group_title(cls: type) -> str:
