@@ -1,14 +1,15 @@
 """Build a dense index over a corpus of any size: sharded, resumable encoding (data-parallel under ``accelerate
 launch``), then a faiss index trained on a sample, with its recall@10 against exact search reported.
 
-    python -m retrieval_adapt.build_dense --corpus world --encoder minilm --faiss ivfpq --out runs/index/world-ivfpq
+    python -m retrieval_adapt.build_dense --corpus world --encoder minilm --faiss ivfpq \\
+        --output_dir runs/index/world-ivfpq
     accelerate launch --num_processes 8 -m retrieval_adapt.build_dense --corpus psgs_w100.tsv \\
-        --encoder facebook/contriever --faiss ivfpq --pq_m 64 --refine 4 --out runs/index/wiki-contriever-ivfpq
+        --encoder facebook/contriever --faiss ivfpq --pq_m 64 --refine 4 --output_dir runs/index/wiki-contriever-ivfpq
 
 Every process encodes its share of the shards (``shard_size`` passages each) into ``OUT.build/``; a killed run,
 rerun with the same command, encodes only the missing shards. The main process then writes the index folder
 (``embeddings.npy``, ``index.faiss``, the passage store), loadable by ``retrieval_adapt.search``, Iter-RetGen and
-the distillation commands like any dense index (``--query-encoder`` swaps in an adapted query encoder).
+the distillation commands like any dense index (``--query_encoder`` swaps in an adapted query encoder).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ logger = logging.getLogger(__name__)
 class DenseScaleConfig:
     corpus: str = field(default="world", metadata={"help": "passage JSONL, DPR TSV, dataset folder, or 'world'"})
     corpus_format: str | None = None
-    out: str = "runs/index/world-ivfpq"
+    output_dir: str = field(default="runs/index/world-ivfpq", metadata={"aliases": ["--out"]})
     encoder: str = field(default="minilm", metadata={"help": "passage encoder: minilm, hub id or path"})
     max_length: int = 256
     batch_size: int = 64
@@ -82,7 +83,7 @@ def build(cfg: DenseScaleConfig) -> dict:
     state = PartialState(cpu=not torch.cuda.is_available())
     index_cfg = IndexConfig(corpus=cfg.corpus, corpus_format=cfg.corpus_format, world_seed=cfg.world_seed)
     stream, source = stream_corpus(index_cfg)
-    work = Path(cfg.shards_dir) if cfg.shards_dir else build_dir(Path(cfg.out))
+    work = Path(cfg.shards_dir) if cfg.shards_dir else build_dir(Path(cfg.output_dir))
     encoder = MeanPoolingEncoder.from_name(cfg.encoder, max_length=cfg.max_length,
                                            device=str(state.device) if state.num_processes > 1 else "auto")
     settings = {"encoder": cfg.encoder, "max_length": cfg.max_length, "normalize": encoder.normalize,
@@ -104,7 +105,7 @@ def build(cfg: DenseScaleConfig) -> dict:
     n = sum(len(s) for s in shards)
     if not n:
         raise DataError("the corpus holds no passages (every text empty?); nothing was written", source=cfg.corpus)
-    with index_writer(cfg.out) as tmp:
+    with index_writer(cfg.output_dir) as tmp:
         import faiss
         import numpy as np
 
@@ -128,7 +129,7 @@ def build(cfg: DenseScaleConfig) -> dict:
               "processes": state.num_processes}
     print(f"built {cfg.faiss} index over {n} passages ({state.num_processes} process(es), encoding "
           f"{encode_s:.1f}s): recall@10 vs exact {stats['recall10_vs_flat']:.3f} on {stats['recall_queries']} "
-          f"held-out passages, index.faiss {meta['index_bytes'] / 1e6:.1f} MB -> {cfg.out}")
+          f"held-out passages, index.faiss {meta['index_bytes'] / 1e6:.1f} MB -> {cfg.output_dir}")
     return report
 
 

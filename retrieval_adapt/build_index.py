@@ -1,9 +1,9 @@
 """Build a BM25 or dense (faiss) index folder from a corpus.
 
-    python -m retrieval_adapt.build_index --corpus world --kind bm25 --out runs/index/world-bm25
-    python -m retrieval_adapt.build_index --corpus world --bm25_scoring elasticsearch --out runs/index/world-es
-    python -m retrieval_adapt.build_index --corpus world --kind lucene --out runs/index/world-lucene  # [lucene] extra
-    python -m retrieval_adapt.build_index --corpus passages.jsonl --kind dense --encoder minilm --out runs/index/d
+    python -m retrieval_adapt.build_index --corpus world --kind bm25 --output_dir runs/index/world-bm25
+    python -m retrieval_adapt.build_index --corpus world --bm25_scoring elasticsearch --output_dir runs/index/world-es
+    python -m retrieval_adapt.build_index --corpus world --kind lucene --output_dir runs/index/world-lucene  # [lucene]
+    python -m retrieval_adapt.build_index --corpus passages.jsonl --kind dense --encoder minilm --output_dir runs/idx
     python -m retrieval_adapt.build_index my_index.yaml --faiss hnsw
 
 ``--corpus`` is a canonical passage JSONL, a DPR-style TSV (id, text, title), a Hugging Face dataset folder
@@ -47,7 +47,8 @@ class IndexConfig:
     corpus: str = field(default="world", metadata={"help": "passage JSONL, DPR TSV, or 'world'"})
     corpus_format: str | None = field(default=None, metadata={
         "help": "force a corpus format (passages_jsonl, dpr_tsv, flashrag_jsonl, hf_dataset)"})
-    out: str = field(default="runs/index/world-bm25", metadata={"help": "index folder to write"})
+    output_dir: str = field(default="runs/index/world-bm25", metadata={"help": "index folder to write",
+                                                                  "aliases": ["--out"]})
     kind: Literal["bm25", "dense", "lucene"] = "bm25"
     bm25_scoring: Literal["bm25s", "elasticsearch"] = field(default="bm25s", metadata={
         "help": "BM25 scoring: bm25s (one field, k1 1.5) or elasticsearch (DRAGIN's: title and body fields, "
@@ -89,27 +90,27 @@ def build_bm25(cfg: IndexConfig) -> BM25Retriever | ElasticsearchBM25Retriever:
     passages, source = stream_corpus(cfg)
     start = time.perf_counter()
     settings = StreamSettings(chunk_size=cfg.chunk_size, scoring=cfg.bm25_scoring)
-    meta = build_streamed(passages, cfg.out, settings=settings, source=source,
+    meta = build_streamed(passages, cfg.output_dir, settings=settings, source=source,
                           add_files=lambda folder: save_config(folder / "config.yaml", cfg))
     print(f"built bm25 index ({cfg.bm25_scoring} scoring) over {meta['num_passages']} passages in "
-          f"{time.perf_counter() - start:.1f}s -> {cfg.out}")
-    return BM25Retriever.load(cfg.out)
+          f"{time.perf_counter() - start:.1f}s -> {cfg.output_dir}")
+    return BM25Retriever.load(cfg.output_dir)
 
 
 def build_lucene(cfg: IndexConfig):
     passages, _ = stream_corpus(cfg)
     start = time.perf_counter()
-    with index_writer(cfg.out) as tmp:
+    with index_writer(cfg.output_dir) as tmp:
         meta = LuceneRetriever.build_into(tmp, passages, show_progress=True)
         save_config(tmp / "config.yaml", cfg)
     print(f"built lucene index over {meta['num_passages']} passages in {time.perf_counter() - start:.1f}s -> "
-          f"{cfg.out}")
-    return LuceneRetriever.load(cfg.out)
+          f"{cfg.output_dir}")
+    return LuceneRetriever.load(cfg.output_dir)
 
 
 def build(cfg: IndexConfig):
-    """Build the index and publish ``cfg.out`` whole: the files go to ``OUT.tmp`` and replace ``OUT`` (an existing
-    index included) only once complete; ``OUT`` is locked meanwhile, so two builds of it cannot interleave."""
+    """Build the index and publish ``cfg.output_dir`` whole: the files go to ``OUT.tmp`` and replace ``OUT`` (an
+    existing index included) only once complete; ``OUT`` is locked meanwhile, so two builds of it cannot interleave."""
     if cfg.kind == "bm25":
         return build_bm25(cfg)
     if cfg.kind == "lucene":
@@ -118,7 +119,7 @@ def build(cfg: IndexConfig):
     if not passages:  # checked before anything is written
         raise DataError("the corpus holds no passages (every text empty?); nothing was written", source=cfg.corpus)
     start = time.perf_counter()
-    with index_writer(cfg.out) as tmp:
+    with index_writer(cfg.output_dir) as tmp:
         # lazy: they import torch and faiss (~3.5 s), which a BM25 build and --help never need
         from retrieval_adapt.dense import DenseRetriever, FaissOptions
         from retrieval_adapt.encoders import MeanPoolingEncoder
@@ -128,7 +129,8 @@ def build(cfg: IndexConfig):
                                          batch_size=cfg.batch_size)
         retriever.write_to(tmp)
         save_config(tmp / "config.yaml", cfg)
-    print(f"built {cfg.kind} index over {len(passages)} passages in {time.perf_counter() - start:.1f}s -> {cfg.out}")
+    print(f"built {cfg.kind} index over {len(passages)} passages in {time.perf_counter() - start:.1f}s "
+          f"-> {cfg.output_dir}")
     return retriever
 
 

@@ -13,14 +13,13 @@ pass, unlike a count that is only looked at.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import sys
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.cli import OneLineArgumentParser, run_cli
 from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.progress import bar_options
 from data_builders.passage_stream import iter_passages
@@ -93,13 +92,15 @@ def check(index_dir: str | Path, corpus: str | None = None, corpus_format: str |
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m retrieval_adapt.check_index", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m retrieval_adapt.check_index",
+                                   description=__doc__.splitlines()[0])
     parser.add_argument("index", help="index folder written by retrieval_adapt.build_index")
     parser.add_argument("--corpus", default=None, help="the corpus the index should cover (file or dataset folder)")
     parser.add_argument("--corpus_format", default=None, help="force the corpus format (as build_index)")
-    parser.add_argument("-k", type=int, default=10, help="a sampled passage must be among the top k for its text")
+    parser.add_argument("--top_k", "-k", type=int, default=10,
+                        help="a sampled passage must be among the top k for its text")
     args = parser.parse_args(argv)
-    print(check(args.index, args.corpus, args.corpus_format, args.k))
+    print(check(args.index, args.corpus, args.corpus_format, args.top_k))
 
 
 def cli() -> int:

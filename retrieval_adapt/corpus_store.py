@@ -59,7 +59,7 @@ def rebuild_command(index_dir: str | Path) -> str:
     if settings.get("kind") == "bm25" and scoring not in (None, "bm25s"):
         args.append(("bm25_scoring", scoring))  # an elasticsearch index is rebuilt as one
     flags = [f"--{name} {shlex.quote(str(value))}" for name, value in args if value is not None]
-    return " ".join(["python -m retrieval_adapt.build_index", *flags, "--out", shlex.quote(str(index_dir))])
+    return " ".join(["python -m retrieval_adapt.build_index", *flags, "--output_dir", shlex.quote(str(index_dir))])
 
 
 def damaged(index_dir: str | Path, problem: str) -> IndexFolderError:

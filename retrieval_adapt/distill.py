@@ -89,12 +89,12 @@ def _eval_and_keep_best(loss_fn, val_loader, embeddings, accelerator, state: Tra
 def _setup(cfg: DistillConfig, accelerator):
     from transformers import get_scheduler
 
-    data = load_distill_data(cfg.data_dir, cfg.index_dir, device=str(accelerator.device),
+    data = load_distill_data(cfg.data_dir, cfg.index, device=str(accelerator.device),
                              exclude_answers=cfg.exclude_answers)
     encoder = data.retriever.query_encoder  # a fresh copy of the passage encoder: the only trainable part
     encoder.train()
     optimizer = torch.optim.AdamW(encoder.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-    scheduler = get_scheduler(cfg.lr_scheduler, optimizer, num_warmup_steps=cfg.warmup_steps,
+    scheduler = get_scheduler(cfg.lr_scheduler_type, optimizer, num_warmup_steps=cfg.warmup_steps,
                               num_training_steps=cfg.max_steps)
     # Eq. 3: P_rr ∝ exp(s / tau) with s the relevance probability and tau the student's own temperature.
     eq3 = cfg.teacher_distribution == "eq3"
@@ -138,8 +138,8 @@ def check_inputs(cfg: DistillConfig) -> None:
     if not (Path(cfg.data_dir) / "dataset").is_dir():
         raise FileNotFoundError(f"--data_dir {cfg.data_dir}: no dataset/ folder in it; build it with "
                                 "`python -m training.distill_set`")
-    if not (Path(cfg.index_dir) / "meta.json").is_file():
-        raise FileNotFoundError(f"--index_dir {cfg.index_dir}: not an index folder (no meta.json); build one with "
+    if not (Path(cfg.index) / "meta.json").is_file():
+        raise FileNotFoundError(f"--index {cfg.index}: not an index folder (no meta.json); build one with "
                                 "`python -m retrieval_adapt.build_index --kind dense`")
     out = Path(cfg.output_dir)
     if out.exists() and not out.is_dir():

@@ -13,7 +13,8 @@ from adaptive_rag.plumbing.cards import check_repo_id
 class DistillConfig:
     # Data and index
     data_dir: str = field(default="runs/retrieval_adapt/world-data", metadata={"help": "data builder output"})
-    index_dir: str = field(default="runs/index/world-minilm", metadata={"help": "the dense index (fixed)"})
+    index: str = field(default="runs/index/world-minilm", metadata={"help": "the dense index (fixed)",
+                                                                    "aliases": ["--index_dir"]})
     output_dir: str = "runs/retrieval_adapt/world-distill"
     query_input: Literal["question", "question_y1"] = "question"  # the retriever's input during adaptation
     # Optimisation (paper: batch 32, lr 1e-5, <= 1000 steps, keep the lowest validation loss)
@@ -22,7 +23,8 @@ class DistillConfig:
     weight_decay: float = 0.0
     max_steps: int = 1000
     warmup_steps: int = 0
-    lr_scheduler: Literal["constant", "linear"] = "constant"
+    lr_scheduler_type: Literal["constant", "linear"] = field(default="constant",
+                                                              metadata={"aliases": ["--lr_scheduler"]})
     max_grad_norm: float = 1.0
     # Loss (tau is not published by the paper: see retrieval_adapt.losses.KLDistillationLoss)
     temperature: float = 0.05

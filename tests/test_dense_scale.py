@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cfg(tiny_encoder, out, **kw) -> DenseScaleConfig:
-    base = {"encoder": str(tiny_encoder), "out": str(out), "shard_size": 150, "max_length": 32, "pq_m": 4,
+    base = {"encoder": str(tiny_encoder), "output_dir": str(out), "shard_size": 150, "max_length": 32, "pq_m": 4,
             "nlist": 8, "nprobe": 2, "train_size": 400, "recall_queries": 60}
     return DenseScaleConfig(**{**base, **kw})
 

@@ -58,7 +58,7 @@ def setup(tmp_path_factory) -> dict[str, Path]:
 
 
 def _config(setup, out: Path, **kw) -> DistillConfig:
-    base = dict(data_dir=str(setup["data"]), index_dir=str(setup["index"]), output_dir=str(out), batch_size=2,
+    base = dict(data_dir=str(setup["data"]), index=str(setup["index"]), output_dir=str(out), batch_size=2,
                 learning_rate=1e-2, max_steps=2, eval_steps=1, logging_steps=1, temperature=0.1)
     return DistillConfig(**{**base, **kw})
 

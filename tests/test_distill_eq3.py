@@ -117,13 +117,13 @@ def test_a_cross_encoders_score_kind_follows_its_labels():
 
 def test_paper_settings_files():
     (distill,) = parse_config((DistillConfig,), [str(ROOT / "retrieval_adapt" / "configs" / "distill_paper.yaml")])
-    assert distill.teacher_distribution == "eq3" and "contriever-msmarco" in distill.index_dir
+    assert distill.teacher_distribution == "eq3" and "contriever-msmarco" in distill.index
     from data_builders.question_loader import QuestionsConfig
 
     _, data = parse_config((QuestionsConfig, RetrievalAdaptDataConfig),
                            [str(ROOT / "retrieval_adapt" / "configs" / "data_paper.yaml")])
     assert data.candidate_query == "question_y1" and data.num_candidates is None and data.prompt_style == "paper"
-    assert "wiki" in data.index_dir
+    assert "wiki" in data.index
 
 
 def test_every_demo_carries_knowledge_before_it():

@@ -123,7 +123,7 @@ def test_damaged_dense_index_is_one_clear_error(tmp_path, tiny_encoder, capsys, 
     assert str(out) in err and name in err
     # the exact command that rebuilds it, from the folder's config.yaml
     assert f"rebuild the index: python -m retrieval_adapt.build_index --corpus {tmp_path}/corpus.jsonl --kind dense " \
-           f"--encoder {tiny_encoder} --faiss flat --max_length 256 --out {out}" in err
+           f"--encoder {tiny_encoder} --faiss flat --max_length 256 --output_dir {out}" in err
 
 
 def test_damaged_files_of_an_index_without_manifest(tmp_path, tiny_encoder):
