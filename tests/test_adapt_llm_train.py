@@ -257,7 +257,7 @@ def test_shipped_configs_parse_and_readme_paths_exist():
         assert model.base_model == "smollm2-135m"
         assert train_cfg.lora_r == 8 and train_cfg.lora_target_modules == ["q_proj", "v_proj"]
     paper = parse_config((AdaptTrainConfig,), [])[0]  # defaults are the paper's recipe
-    assert (paper.effective_batch_size, paper.micro_batch_size, paper.num_epochs, paper.learning_rate) == (
+    assert (paper.effective_batch_size, paper.micro_batch_size, paper.num_train_epochs, paper.learning_rate) == (
         128, 32, 3.0, 3e-4)
     readme = (ROOT / "accelerate_configs" / "README.md").read_text()
     for name in ("cpu", "single_gpu", "multi_gpu", "fsdp", "deepspeed_zero2"):

@@ -210,10 +210,10 @@ def test_retrieval_adapt_data_card(distill_setup, tmp_path):
 
     folder = distill_setup["data"]
     stats = json.loads((folder / "stats.json").read_text())
-    configs = (QuestionsConfig(dataset="world-two-hop"), RetrievalAdaptDataConfig(index_dir="runs/index/x"))
+    configs = (QuestionsConfig(dataset="world-two-hop"), RetrievalAdaptDataConfig(index="runs/index/x"))
     card = DatasetCard.load(write_dataset_card(folder, stats, configs, kind="retrieval_adapt"))
     assert card.data.task_categories == ["text-retrieval"]
-    for expected in ("| dataset | world-two-hop |", "| index_dir | runs/index/x |", f"| questions_sha256 | {SHA} |",
+    for expected in ("| dataset | world-two-hop |", "| index | runs/index/x |", f"| questions_sha256 | {SHA} |",
                      "candidate_positions", "num_candidates: null"):  # null: the top_k candidates of Eq. 3
         assert expected in card.text
     hub_like = load_dataset(str(folder), cache_dir=str(tmp_path / "hf-cache"))
@@ -228,7 +228,7 @@ def test_distillation_writes_a_card_and_pushes_the_encoder(distill_setup, tmp_pa
     from retrieval_adapt.distill_config import DistillConfig
 
     out = tmp_path / "out"
-    cfg = dict(data_dir=str(distill_setup["data"]), index_dir=str(distill_setup["index"]), output_dir=str(out),
+    cfg = dict(data_dir=str(distill_setup["data"]), index=str(distill_setup["index"]), output_dir=str(out),
                batch_size=2, learning_rate=1e-2, eval_steps=1, logging_steps=1, temperature=0.1,
                push_to_hub="me/world-query-encoder")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)

@@ -201,7 +201,7 @@ def test_sets_load_by_name_and_missing_build_says_how(tiny_build, monkeypatch, t
     assert "knowing-p-dup-" in corpus  # near-duplicate distractors of the trained entities
     assert "knowing-bridge-ku-tune" in KNOWING_SETS
     monkeypatch.setenv("ADAPTIVE_RAG_KNOWING_DIR", str(tmp_path))
-    with pytest.raises(ConfigError, match="python -m training.knowing_model --out .* --seed 0"):
+    with pytest.raises(ConfigError, match="python -m training.knowing_model --output_dir .* --seed 0"):
         load_questions(QuestionSet("knowing-bridge"), world=WorldOptions(seed=0))
     with pytest.raises(ConfigError, match="not an embedded set"):
         QuestionSet("knowing-nonsense")
@@ -354,17 +354,17 @@ def test_distill_claim_pipeline_on_the_tiny_build(tiny_build, tiny_encoder, monk
     corpus = read_corpus(root / "seed0" / "sets" / "corpus.jsonl")
     encoder = MeanPoolingEncoder.from_name(str(tiny_encoder))
     DenseRetriever.build(corpus, encoder, show_progress=False).save(tmp_path / "index")
-    data_cfg = RetrievalAdaptDataConfig(index_dir=str(tmp_path / "index"), num_candidates=4, top_k=2,
-                                        max_new_tokens=3, generator=model, reranker="llm", reranker_model=model,
-                                        dtype="float32", out=str(tmp_path / "data"), validation_fraction=0.34,
+    data_cfg = RetrievalAdaptDataConfig(index=str(tmp_path / "index"), num_candidates=4, top_k=2,
+                                        max_new_tokens=3, model=model, reranker="llm", reranker_model=model,
+                                        dtype="float32", output_dir=str(tmp_path / "data"), validation_fraction=0.34,
                                         show_progress=False)
     build(QuestionsConfig(dataset="knowing-bridge-tune", limit=3), data_cfg)
-    result = train(DistillConfig(data_dir=str(tmp_path / "data"), index_dir=str(tmp_path / "index"),
+    result = train(DistillConfig(data_dir=str(tmp_path / "data"), index=str(tmp_path / "index"),
                                  output_dir=str(tmp_path / "distill"), batch_size=2, max_steps=2, eval_steps=1))
     assert result["steps"] == 2
     evaluate(QuestionsConfig(dataset="knowing-bridge", limit=3),
-             EvaluateAdaptedConfig(index_dir=str(tmp_path / "index"), query_encoder=str(tmp_path / "distill" /
-                                   "query_encoder"), out=str(tmp_path / "claims" / "eval"), recall_ks=[1, 5],
-                                   run_iter_retgen=False, generator=model, dtype="float32"))
+             EvaluateAdaptedConfig(index=str(tmp_path / "index"), query_encoder=str(tmp_path / "distill" /
+                                   "query_encoder"), output_dir=str(tmp_path / "claims" / "eval"), recall_ks=[1, 5],
+                                   run_iter_retgen=False, model=model, dtype="float32"))
     text = claims_report([str(tmp_path / "claims")])
     assert "## Retrieval adaptation" in text and "adapted − base in recall@5, paired:" in text

@@ -67,7 +67,7 @@ def _models(world):
 def _configs(out: Path, **kw):
     qcfg = QuestionsConfig(dataset="world-two-hop", shuffle_seed=0, start=0, limit=5)
     kw.setdefault("candidate_query", "question")  # these counts assume candidates retrieved with the question alone
-    cfg = RetrievalAdaptDataConfig(out=str(out), num_candidates=4, batch_size=2, validation_fraction=0.4,
+    cfg = RetrievalAdaptDataConfig(output_dir=str(out), num_candidates=4, batch_size=2, validation_fraction=0.4,
                                    show_progress=False, **kw)
     return qcfg, cfg
 
@@ -119,7 +119,7 @@ def test_resume_refuses_other_settings(world, tmp_path):
     build(qcfg, _configs(tmp_path / "d", rerank_batch_size=4)[1], models=_models(world))  # speed only: fine
     build(QuestionsConfig(dataset="world-two-hop", shuffle_seed=0, start=2, limit=2), cfg, models=_models(world))
     with pytest.raises(FolderInUseError, match=r"rows made with other settings \(num_candidates: 4 -> 8\)"):
-        other = RetrievalAdaptDataConfig(out=str(tmp_path / "d"), num_candidates=8, batch_size=2,
+        other = RetrievalAdaptDataConfig(output_dir=str(tmp_path / "d"), num_candidates=8, batch_size=2,
                                          validation_fraction=0.4, candidate_query="question")
         build(qcfg, other, models=_models(world))
 
@@ -165,7 +165,7 @@ def test_config_validation():
 def test_evaluate_report_with_fakes(world, tmp_path):
     passages = world.passages
     retrievers = {"base": FakeDense(passages), "adapted": FakeDense(passages[::-1])}
-    cfg = EvaluateAdaptedConfig(out=str(tmp_path), recall_ks=[1, 5], iterations=2, top_k=2, iter_retgen_limit=2,
+    cfg = EvaluateAdaptedConfig(output_dir=str(tmp_path), recall_ks=[1, 5], iterations=2, top_k=2, iter_retgen_limit=2,
                                 iter_retgen_retrievers=["adapted"])
     report = evaluate(QuestionsConfig(limit=4), cfg, retrievers=retrievers, generator=Echo())
     assert report["n_questions"] == 4 and report["n_iter_retgen"] == 2

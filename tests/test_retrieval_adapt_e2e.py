@@ -28,22 +28,23 @@ def test_pipeline_with_real_models(tmp_path):
     corpus = list(gold.values()) + [p for p in world.passages if p.id not in gold][:10]  # small: fast to encode
     DenseRetriever.build(corpus, MeanPoolingEncoder.from_name("minilm"), show_progress=False).save(tmp_path / "index")
 
-    data_cfg = RetrievalAdaptDataConfig(index_dir=str(tmp_path / "index"), num_candidates=4, top_k=2, max_new_tokens=12,
-                                        out=str(tmp_path / "data"), validation_fraction=0.34, show_progress=False)
+    data_cfg = RetrievalAdaptDataConfig(index=str(tmp_path / "index"), num_candidates=4, top_k=2, max_new_tokens=12,
+                                        output_dir=str(tmp_path / "data"), validation_fraction=0.34,
+                                        show_progress=False)
     dataset, stats = build(train_q, data_cfg)
     assert (len(dataset["train"]), len(dataset["validation"])) == (2, 1)
     assert stats["gold_in_candidates"] > 0 and all(s < 0 for s in dataset["train"][0]["teacher_scores"])
     assert all(isinstance(y, str) and y for y in dataset["train"]["y1"])
 
-    result = train(DistillConfig(data_dir=str(tmp_path / "data"), index_dir=str(tmp_path / "index"),
+    result = train(DistillConfig(data_dir=str(tmp_path / "data"), index=str(tmp_path / "index"),
                                  output_dir=str(tmp_path / "distill"), batch_size=2, max_steps=2, eval_steps=1,
                                  learning_rate=1e-4))
     assert result["steps"] == 2
 
-    report = evaluate(held_q, EvaluateAdaptedConfig(index_dir=str(tmp_path / "index"),
+    report = evaluate(held_q, EvaluateAdaptedConfig(index=str(tmp_path / "index"),
                                                     query_encoder=str(tmp_path / "distill" / "query_encoder"),
-                                                    out=str(tmp_path / "eval"), recall_ks=[1, 5], iterations=2, top_k=2,
-                                                    max_new_tokens=12))
+                                                    output_dir=str(tmp_path / "eval"), recall_ks=[1, 5],
+                                                    iterations=2, top_k=2, max_new_tokens=12))
     assert set(report["recall"]) == {"base", "adapted"} and "recall@5" in report["recall"]["base"]
     curves = report["iter_retgen"]["curves"]
     assert [row["t"] for row in curves["adapted"]] == [1, 2] and curves["base"][0]["n"] == 2

@@ -6,7 +6,7 @@ questions. Run from the repository root.
     accelerate launch --config_file accelerate_configs/cpu.yaml training/adapt_llm.py
     accelerate launch --config_file accelerate_configs/single_gpu.yaml training/adapt_llm.py \\
         training/configs/adapt_llm_paper.yaml --base_model meta-llama/Llama-2-7b-hf
-    python training/adapt_llm.py training/configs/adapt_llm_demo_cpu.yaml --num_epochs 1 --output_dir runs/x
+    python training/adapt_llm.py training/configs/adapt_llm_demo_cpu.yaml --num_train_epochs 1 --output_dir runs/x
 
 Arguments: ``[CONFIG.yaml] [--field value ...]`` over the fields of ``BaseModelConfig``
 (adaptive_rag/lm/base_model.py: ``base_model``, the model Algorithm 1 asks and the job fine-tunes),

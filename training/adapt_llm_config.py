@@ -25,7 +25,7 @@ class AdaptTrainConfig:
     # Batch: effective = micro-batch x gradient accumulation x processes; accumulation is derived from these.
     micro_batch_size: int = 32
     effective_batch_size: int = 128
-    num_epochs: float = 3.0
+    num_train_epochs: float = field(default=3.0, metadata={"aliases": ["--num_epochs"]})
     learning_rate: float = 3e-4
     warmup_steps: float = 100  # alpaca-lora's default; a float in (0, 1) is a share of all steps
     lr_scheduler_type: str = "linear"
@@ -71,7 +71,7 @@ class AdaptTrainConfig:
     report_to: str = "none"  # "wandb" to log there (offline unless an API key is configured); never prompts
     run_name: str | None = None
     merge_adapter: bool = False  # also write output_dir/merged: base + adapter as one model
-    train_seed: int = 42
+    seed: int = field(default=42, metadata={"aliases": ["--train_seed"]})
     max_steps: int = -1  # > 0 stops after this many optimizer steps (smoke tests)
     push_to_hub: str | None = None  # Hub model repo ORG/NAME: upload the adapter (with its card) after training
 
@@ -81,8 +81,8 @@ class AdaptTrainConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.num_epochs <= 0 and self.max_steps <= 0:
-            raise ValueError("num_epochs must be > 0 (or set max_steps)")
+        if self.num_train_epochs <= 0 and self.max_steps <= 0:
+            raise ValueError("num_train_epochs must be > 0 (or set max_steps)")
         if self.effective_batch_size < self.micro_batch_size:
             raise ValueError(f"effective_batch_size ({self.effective_batch_size}) must be >= micro_batch_size "
                              f"({self.micro_batch_size})")

@@ -1,14 +1,15 @@
 """Iter-RetGen retrieval adaptation: distil re-ranker scores into the dense retriever's query encoder.
 
     # 1. a dense index (kept fixed) and 2. the distillation data (y1, candidates, re-ranker scores)
-    python -m retrieval_adapt.build_index --corpus world --kind dense --encoder minilm --out runs/index/world-minilm
+    python -m retrieval_adapt.build_index --corpus world --kind dense --encoder minilm \\
+        --output_dir runs/index/world-minilm
     python -m training.distill_set retrieval_adapt/configs/data_world.yaml
     # 3. this job (any accelerate config; the paper's settings are in distill_paper.yaml)
     accelerate launch training/distill_retriever.py retrieval_adapt/configs/distill_world_cpu.yaml
     accelerate launch --config_file accelerate_configs/<config>.yaml training/distill_retriever.py \\
-        retrieval_adapt/configs/distill_paper.yaml --data_dir runs/... --index_dir runs/... --output_dir runs/...
+        retrieval_adapt/configs/distill_paper.yaml --data_dir runs/... --index runs/... --output_dir runs/...
     # 4. use it
-    python -m retrieval_adapt.search runs/index/world-minilm "question" --query-encoder OUT/query_encoder
+    python -m retrieval_adapt.search runs/index/world-minilm "question" --query_encoder OUT/query_encoder
 
 ``--push_to_hub ORG/NAME`` uploads the encoder folder (with its card, ``README.md``) to the Hub when the run
 completes; offline, the run still completes locally and one error line gives the ``hf upload`` command for later.

@@ -12,7 +12,7 @@ to rank); score each with the re-ranker, which sees the question AND y1. Writes:
     OUT/config.yaml    the resolved configuration
 
     python -m training.distill_set retrieval_adapt/configs/data_world.yaml
-    python -m training.distill_set retrieval_adapt/configs/data_world.yaml --limit 20 --out runs/tmp
+    python -m training.distill_set retrieval_adapt/configs/data_world.yaml --limit 20 --output_dir runs/tmp
 
 Resumable: a rerun with the same OUT skips the question ids already in rows.jsonl (a row half-written when a
 run died is dropped and redone). Changing a setting that changes the rows requires a fresh OUT
@@ -59,7 +59,7 @@ RUNTIME_FIELDS = frozenset({"gen_batch_size", "rerank_batch_size", "batch_size",
 @dataclass
 class RetrievalAdaptDataConfig:
     # Retriever whose query encoder will be adapted (an index folder built by retrieval_adapt.build_index)
-    index_dir: str = "runs/index/world-minilm"
+    index: str = field(default="runs/index/world-minilm", metadata={"aliases": ["--index_dir"]})
     query_encoder: str | None = None  # None: the index's own encoder
     # The candidate pool per question: what the teacher re-ranks and the student learns to rank. Eq. 3 normalises
     # both distributions over D_{y1||q}, the paragraphs retrieved with y1 and the question: candidate_query
@@ -70,8 +70,8 @@ class RetrievalAdaptDataConfig:
         "help": "candidate paragraphs per question that the re-ranker scores and distillation ranks; null: top_k "
                 "(the paper's D)"})
     candidate_query: Literal["question", "question_y1"] = "question_y1"  # what retrieves the candidates
-    # Generator of y1 (Iter-RetGen iteration 1)
-    generator: str = "smollm2-135m"
+    # The language model that writes y1 (Iter-RetGen iteration 1)
+    model: str = field(default="smollm2-135m", metadata={"aliases": ["--generator"]})
     prompt_style: PromptStyle = "chat"
     top_k: int = PRESETS["iter-retgen"].top_k  # paragraphs retrieved for y1's prompt (the method's preset: 5)
     max_new_tokens: int = 32
@@ -84,7 +84,7 @@ class RetrievalAdaptDataConfig:
     reranker_uses_y1: bool = True  # the paper's point: the re-ranker sees y1
     rerank_batch_size: int = 16
     # Output
-    out: str = "runs/retrieval_adapt/world-data"
+    output_dir: str = field(default="runs/retrieval_adapt/world-data", metadata={"aliases": ["--out"]})
     validation_fraction: float = 0.1  # paper: 9k train / 1k validation
     split_seed: int = 0
     batch_size: int = 16  # questions per resumable chunk
@@ -183,10 +183,10 @@ def _score_kind(cfg: RetrievalAdaptDataConfig, models) -> str:
 
 
 def _load_models(cfg: RetrievalAdaptDataConfig):
-    retriever = DenseRetriever.load(cfg.index_dir, query_encoder=cfg.query_encoder)
-    generator = LMGenerator.from_name(cfg.generator, dtype=cfg.dtype, max_new_tokens=cfg.max_new_tokens,
+    retriever = DenseRetriever.load(cfg.index, query_encoder=cfg.query_encoder)
+    generator = LMGenerator.from_name(cfg.model, dtype=cfg.dtype, max_new_tokens=cfg.max_new_tokens,
                                       batch_size=cfg.gen_batch_size)
-    if cfg.reranker == "llm" and cfg.reranker_model == cfg.generator:  # one copy of the model is enough
+    if cfg.reranker == "llm" and cfg.reranker_model == cfg.model:  # one copy of the model is enough
         reranker = LLMReranker(generator.model, generator.tokenizer, mode=cfg.llm_score,
                                use_y1=cfg.reranker_uses_y1, batch_size=cfg.rerank_batch_size)
     else:
@@ -201,13 +201,13 @@ def check_inputs(qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, *, models
     """Everything the builder reads, checked before OUT is created: a mistake ends in one line and leaves no
     folder (a config.yaml written first would bind a later, correct run to the wrong settings)."""
     check_dataset(qcfg.question_set(), qcfg.dataset_format)
-    check_output_dir(cfg.out, flag="--out")
+    check_output_dir(cfg.output_dir, flag="--output_dir")
     if not models_given:  # test doubles replace the index and the models
-        check_index_folder(cfg.index_dir, cfg.query_encoder, flag="--index_dir")
+        check_index_folder(cfg.index, cfg.query_encoder, flag="--index")
         if cfg.query_encoder:  # a wrong size, from headers and config, before any weights load
-            check_query_encoder(cfg.index_dir, cfg.query_encoder)
-        check_model_name(cfg.generator, flag="--generator")
-        if not (cfg.reranker == "llm" and cfg.reranker_model == cfg.generator):
+            check_query_encoder(cfg.index, cfg.query_encoder)
+        check_model_name(cfg.model, flag="--model")
+        if not (cfg.reranker == "llm" and cfg.reranker_model == cfg.model):
             check_model_name(cfg.reranker_model, flag="--reranker_model")
 
 
@@ -215,7 +215,7 @@ def build(qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, *, models=None):
     """Run (or resume) the builder; ``models`` = (retriever, IterRetGen loop, reranker) injects test doubles.
     The output folder is locked for the run: a second builder on it fails at once instead of mixing its rows in."""
     check_inputs(qcfg, cfg, models_given=models is not None)
-    out = Path(cfg.out)
+    out = Path(cfg.output_dir)
     with FolderLock(out):
         return _build(out, qcfg, cfg, models)
 
@@ -253,7 +253,7 @@ def _build(out: Path, qcfg: QuestionsConfig, cfg: RetrievalAdaptDataConfig, mode
     stats = {**row_stats(rows), "teacher_score_kind": _score_kind(cfg, models),
              "n_train": len(dataset["train"]), "n_validation": len(dataset["validation"]),
              "built_this_run": len(todo), "questions_sha256": source_hash(qcfg.question_set(), qcfg.world()),
-             "index_passages_sha256": file_hash(Path(cfg.index_dir) / "passages.jsonl"),
+             "index_passages_sha256": file_hash(Path(cfg.index) / "passages.jsonl"),
              **{f"this_run_{k}": round(v, 2) for k, v in timings.items()}}
     write_text_atomic(out / "stats.json", json.dumps(stats, indent=2) + "\n")
     return dataset, stats
@@ -265,9 +265,9 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     _, stats = build(qcfg, cfg)
     print(json.dumps(stats, indent=2))
-    log_run(cfg.report_to, job="retrieval-adapt-data", name=Path(cfg.out).name, config=config_dict(qcfg, cfg),
+    log_run(cfg.report_to, job="retrieval-adapt-data", name=Path(cfg.output_dir).name, config=config_dict(qcfg, cfg),
             metrics=stats)
-    print(f"wrote {cfg.out}/dataset in {time.perf_counter() - start:.1f}s")
+    print(f"wrote {cfg.output_dir}/dataset in {time.perf_counter() - start:.1f}s")
 
 
 def cli() -> int:

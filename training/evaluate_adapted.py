@@ -3,8 +3,8 @@
     python -m training.evaluate_adapted retrieval_adapt/configs/evaluate_world.yaml \\
         --query_encoder runs/retrieval_adapt/world-distill/query_encoder
 
-Writes under ``out``: ``report.json`` (recall tables and Iter-RetGen curves per retriever), ``report.md`` (the same
-as Markdown tables), ``iter_retgen_<retriever>.jsonl`` (one record per question, every iteration) and
+Writes under ``output_dir``: ``report.json`` (recall tables and Iter-RetGen curves per retriever), ``report.md``
+(the same as Markdown tables), ``iter_retgen_<retriever>.jsonl`` (one record per question, every iteration) and
 ``config.yaml``. Without ``query_encoder`` only the base retriever is evaluated (an Iter-RetGen T-curve alone).
 """
 
@@ -33,15 +33,16 @@ CURVE_KEYS = ("answer_recall", "gold_recall", "em", "f1", "acc")
 
 @dataclass
 class EvaluateAdaptedConfig:
-    index_dir: str = "runs/index/world-minilm"
+    index: str = field(default="runs/index/world-minilm", metadata={"aliases": ["--index_dir"]})
     query_encoder: str | None = field(default=None, metadata={"help": "adapted query encoder folder"})
-    out: str = "runs/retrieval_adapt/world-eval"
+    output_dir: str = field(default="runs/retrieval_adapt/world-eval", metadata={"aliases": ["--out"]})
     recall_ks: list[int] = field(default_factory=lambda: [1, 5, 10])
     # Iter-RetGen with each retriever
     run_iter_retgen: bool = True
     iter_retgen_limit: int | None = field(default=None, metadata={"help": "first N held-out questions only"})
     iter_retgen_retrievers: list[str] = field(default_factory=lambda: ["base", "adapted"])  # which to run it with
-    generator: str = "smollm2-135m"
+    # the language model that answers in the Iter-RetGen runs
+    model: str = field(default="smollm2-135m", metadata={"aliases": ["--generator"]})
     prompt_style: PromptStyle = "chat"
     iterations: int = 3  # one T=3 run gives the T=1, 2, 3 numbers (greedy, deterministic)
     top_k: int = PRESETS["iter-retgen"].top_k  # paragraphs retrieved per iteration (the method's preset: 5)
@@ -62,15 +63,15 @@ class EvaluateAdaptedConfig:
 
 
 def load_retrievers(cfg: EvaluateAdaptedConfig) -> dict:
-    out = {"base": DenseRetriever.load(cfg.index_dir)}
+    out = {"base": DenseRetriever.load(cfg.index)}
     if cfg.query_encoder:
-        out["adapted"] = DenseRetriever.load(cfg.index_dir, query_encoder=cfg.query_encoder)
+        out["adapted"] = DenseRetriever.load(cfg.index, query_encoder=cfg.query_encoder)
     return out
 
 
 def run_iter_retgen(retrievers: dict, examples, cfg: EvaluateAdaptedConfig, out: Path, generator=None) -> dict:
     """Iter-RetGen with every retriever (one generator, loaded once); records saved per retriever."""
-    generator = generator or LMGenerator.from_name(cfg.generator, dtype=cfg.dtype, max_new_tokens=cfg.max_new_tokens,
+    generator = generator or LMGenerator.from_name(cfg.model, dtype=cfg.dtype, max_new_tokens=cfg.max_new_tokens,
                                                    batch_size=cfg.gen_batch_size, show_progress=True)
     loop_cfg = IterRetGenConfig(iterations=cfg.iterations, top_k=cfg.top_k, prompt_style=cfg.prompt_style)
     curves, timing = {}, {}
@@ -110,20 +111,20 @@ def check_inputs(qcfg: QuestionsConfig, cfg: EvaluateAdaptedConfig, *, retriever
                  generator_given: bool = False) -> None:
     """Everything the evaluation reads, checked before OUT is created: a mistake ends in one line, no folder."""
     check_dataset(qcfg.question_set(), qcfg.dataset_format)
-    check_output_dir(cfg.out, flag="--out")
+    check_output_dir(cfg.output_dir, flag="--output_dir")
     if not retrievers_given:
-        check_index_folder(cfg.index_dir, flag="--index_dir")
+        check_index_folder(cfg.index, flag="--index")
         if cfg.query_encoder:
             check_model_name(cfg.query_encoder, flag="--query_encoder")
-            check_query_encoder(cfg.index_dir, cfg.query_encoder)  # a wrong size, from headers and config
+            check_query_encoder(cfg.index, cfg.query_encoder)  # a wrong size, from headers and config
     if cfg.run_iter_retgen and not generator_given:
-        check_model_name(cfg.generator, flag="--generator")
+        check_model_name(cfg.model, flag="--model")
 
 
 def evaluate(qcfg: QuestionsConfig, cfg: EvaluateAdaptedConfig, *, retrievers: dict | None = None,
              generator=None) -> dict:
     check_inputs(qcfg, cfg, retrievers_given=retrievers is not None, generator_given=generator is not None)
-    out = Path(cfg.out)
+    out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_config(out / "config.yaml", qcfg, cfg)
     examples = load_questions(qcfg.question_set(), fmt=qcfg.dataset_format, world=qcfg.world())
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
                              prog="python -m training.evaluate_adapted")
     report = evaluate(qcfg, cfg)
     print(markdown_report(report))
-    print(f"wrote {cfg.out}/report.json in {report['wall_s']}s")
+    print(f"wrote {cfg.output_dir}/report.json in {report['wall_s']}s")
 
 
 def cli() -> int:

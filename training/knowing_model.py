@@ -1,8 +1,8 @@
 """Build the knowing model: SmolLM2 fine-tuned on a seeded part of the world, with what it knows recorded per fact.
 
-    python -m training.knowing_model --out runs/knowing/seed0 --seed 0
-    python -m training.knowing_model --out runs/knowing/seed1 --seed 1
-    python -m training.knowing_model --out /tmp/k --tiny true --base_model PATH_TO_TINY_MODEL   # seconds
+    python -m training.knowing_model --output_dir runs/knowing/seed0 --seed 0
+    python -m training.knowing_model --output_dir runs/knowing/seed1 --seed 1
+    python -m training.knowing_model --output_dir /tmp/k --tiny true --base_model PATH_TO_TINY_MODEL   # seconds
 
 Design and split: docs/knowing_world.md (pre-registered). Stages, each written once and skipped on a rerun (an
 interrupted build resumes, training from its last checkpoint): ``replay.jsonl`` (the base model's own chat answers
@@ -30,7 +30,7 @@ import yaml
 from adaptive_rag.lm.models import ModelOptions, load_causal_lm, resolve_device, resolve_dtype
 from adaptive_rag.plumbing.atomic_files import write_text_atomic
 from adaptive_rag.plumbing.cli import run_cli
-from adaptive_rag.plumbing.config import parse_config
+from adaptive_rag.plumbing.config import parse_config, rename_aliases
 from adaptive_rag.plumbing.errors import ConfigError, DataError
 from adaptive_rag.plumbing.metrics import contained_accuracy
 from adaptive_rag.plumbing.record_log import FolderLock
@@ -70,7 +70,7 @@ def sft_args(cfg: KnowingConfig, output_dir: Path):
     # (docs/knowing_world.md, "Built without activation checkpointing")
     return SFTConfig(output_dir=str(output_dir), per_device_train_batch_size=cfg.batch_size,
                      **checkpointing_option(False),
-                     num_train_epochs=cfg.epochs, max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
+                     num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
                      lr_scheduler_type="cosine", warmup_steps=0, padding_free=True, max_length=None,
                      completion_only_loss=True, bf16=_training_precision(cfg) == "bf16",
                      use_cpu=not torch.cuda.is_available(), logging_steps=10, save_strategy="steps",
@@ -202,22 +202,22 @@ def summarise(rows: list[dict], common_rows: list[dict]) -> dict[str, Any]:
 
 
 def build(cfg: KnowingConfig) -> dict[str, Any]:
-    """Every stage of the knowing model into ``cfg.out``; returns metrics.json's content."""
+    """Every stage of the knowing model into ``cfg.output_dir``; returns metrics.json's content."""
 
-    out = Path(cfg.out)
+    out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "config.yaml"
-    mine = {k: v for k, v in vars(cfg).items() if k not in ("out",)}
+    mine = {k: v for k, v in vars(cfg).items() if k not in ("output_dir",)}
     if saved.is_file():
-        before = yaml.safe_load(saved.read_text())
+        before = rename_aliases((KnowingConfig,), yaml.safe_load(saved.read_text()) or {})
         defaults = {f.name: f.default for f in dataclasses.fields(KnowingConfig)}
-        changed = sorted(k for k in mine if k in ("seed", "n_trained", "tiny", "base_model", "finetune", "epochs",
-                                                   "learning_rate", "batch_size", "replay", "lora_r", "n_common",
-                                                   "label_untrained", "train_wordings", "training_mix",
-                                                   "reasoning_demos")
+        changed = sorted(k for k in mine if k in ("seed", "n_trained", "tiny", "base_model", "finetune",
+                                                   "num_train_epochs", "learning_rate", "batch_size", "replay",
+                                                   "lora_r", "n_common", "label_untrained", "train_wordings",
+                                                   "training_mix", "reasoning_demos")
                          and before.get(k, defaults.get(k)) != mine[k])  # a key added later: its default
         if changed:
-            raise DataError(f"{out} was built with other settings ({', '.join(changed)}): use another --out",
+            raise DataError(f"{out} was built with other settings ({', '.join(changed)}): use another --output_dir",
                             source=str(saved))
     else:
         write_text_atomic(saved, yaml.safe_dump(mine, sort_keys=False))
@@ -245,18 +245,18 @@ def main(argv: list[str] | None = None) -> None:
     (cfg,) = parse_config((KnowingConfig,), argv, prog="python -m training.knowing_model")
     if cfg.tiny and cfg.base_model == "smollm2-135m":
         logger.warning("tiny world on the real SmolLM2: fine, but the tiny variant is meant for a tiny base_model")
-    if Path(cfg.out).is_file():
-        raise ConfigError(f"--out {cfg.out} is a file; give a folder")
+    if Path(cfg.output_dir).is_file():
+        raise ConfigError(f"--output_dir {cfg.output_dir} is a file; give a folder")
     start = time.perf_counter()
     metrics = build(cfg)
     print(json.dumps(metrics["acceptance"], indent=2))
-    print(f"knowing model in {cfg.out}/model ({time.perf_counter() - start:.0f}s this session)")
+    print(f"knowing model in {cfg.output_dir}/model ({time.perf_counter() - start:.0f}s this session)")
 
 
 def cli() -> int:
     """The console script (pyproject.toml) and ``python -m`` run this."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    return run_cli(main, resume_hint="every finished stage is kept in --out; rerun the same command to resume")
+    return run_cli(main, resume_hint="every finished stage is kept in --output_dir; rerun the same command to resume")
 
 
 if __name__ == "__main__":

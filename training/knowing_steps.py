@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -30,7 +30,8 @@ TINY_WORLD = WorldConfig(n_people=8, n_places=3, n_orgs=4, n_works=4, n_distract
 
 @dataclass
 class KnowingConfig:
-    out: str = "runs/knowing/seed0"  # the build folder (question sets look for runs/knowing/seed<seed>)
+    # the build folder (question sets look for runs/knowing/seed<seed>)
+    output_dir: str = field(default="runs/knowing/seed0", metadata={"aliases": ["--out"]})
     seed: int = 0  # the world's seed: its entities, the trained sample, the held-out wordings
     n_trained: int = 50  # entities the model is trained on (kind-stratified sample of the 300 core entities)
     tiny: bool = False  # a world of ~25 entities (tests): pair it with a tiny base_model
@@ -43,7 +44,7 @@ class KnowingConfig:
     training_mix: Literal["facts", "reasoning"] = "facts"
     reasoning_demos: int = 1
     lora_r: int = 16
-    epochs: float = 3.0
+    num_train_epochs: float = field(default=3.0, metadata={"aliases": ["--epochs"]})
     learning_rate: float = 1e-4  # the probe's; LoRA needs ~10x more
     batch_size: int = 8
     max_steps: int = -1  # > 0 caps the steps (tests)
@@ -61,8 +62,8 @@ class KnowingConfig:
     def __post_init__(self) -> None:
         if self.finetune not in ("full", "lora"):
             raise ValueError(f"finetune must be full or lora, got {self.finetune!r}")
-        if self.epochs <= 0 or self.batch_size < 1 or self.learning_rate <= 0:
-            raise ValueError("epochs, batch_size and learning_rate must be positive")
+        if self.num_train_epochs <= 0 or self.batch_size < 1 or self.learning_rate <= 0:
+            raise ValueError("num_train_epochs, batch_size and learning_rate must be positive")
         if self.n_trained < 1:
             raise ValueError(f"n_trained must be >= 1, got {self.n_trained}")
         if self.training_mix not in ("facts", "reasoning"):

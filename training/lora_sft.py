@@ -249,7 +249,7 @@ def sft_config(cfg: AdaptTrainConfig, processes: int, has_eval: bool):
         output_dir=cfg.output_dir, per_device_train_batch_size=cfg.micro_batch_size,
         per_device_eval_batch_size=cfg.micro_batch_size,
         gradient_accumulation_steps=gradient_accumulation(cfg.effective_batch_size, cfg.micro_batch_size, processes),
-        num_train_epochs=cfg.num_epochs, max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
+        num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
         warmup_steps=cfg.warmup_steps, lr_scheduler_type=cfg.lr_scheduler_type,
         # trl refuses max_length with padding_free unless it packs (packing would change the batch's examples);
         # tokenize_split has cut every instance at max_length already
@@ -260,7 +260,7 @@ def sft_config(cfg: AdaptTrainConfig, processes: int, has_eval: bool):
         logging_steps=cfg.logging_steps, save_strategy="steps", save_steps=cfg.save_steps,
         save_total_limit=cfg.save_total_limit, eval_strategy="steps" if evaluate else "no",
         eval_steps=cfg.eval_steps if evaluate else None, report_to=cfg.report_to, run_name=cfg.run_name,
-        seed=cfg.train_seed, dataloader_num_workers=0, disable_tqdm=False,
+        seed=cfg.seed, dataloader_num_workers=0, disable_tqdm=False,
     )
 
 
@@ -393,7 +393,7 @@ def _train_locked(state: Any, model_cfg: BaseModelConfig, data_cfg: AdaptDataCon
     model, tokenizer = load_base_model(base_name, train_cfg, str(state.device))
     # the <RET> row (drawn around the mean embedding) and LoRA's A matrices are random: seeded here, since the
     # trainer seeds only once it is built, so two runs of one command train the same adapter
-    set_seed(train_cfg.train_seed)
+    set_seed(train_cfg.seed)
     ret_id = add_ret_token(tokenizer, model) if train_cfg.ret_token == "special" else None
     ret_modules = ret_token_modules(model)
     model = build_peft_model(model, train_cfg, ret_id, base_name)

@@ -155,8 +155,8 @@ def _table(d: Mapping[str, Any]) -> str:
 
 
 def _source(config: Mapping[str, Any], stats: Mapping[str, Any]) -> dict[str, Any]:
-    keys = ("dataset", "dataset_format", "split", "start", "limit", "shuffle_seed", "data_dir", "index_dir",
-            "base_model", "generator", "reranker", "reranker_model")
+    keys = ("dataset", "dataset_format", "split", "start", "limit", "shuffle_seed", "data_dir", "index",
+            "base_model", "model", "reranker", "reranker_model")
     found = {k: config[k] for k in keys if config.get(k) is not None}
     found.update({k: v for k, v in _flat(stats).items() if "sha256" in k})
     return found
