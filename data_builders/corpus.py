@@ -1,8 +1,8 @@
 """Build retrieval corpora: cut articles into DPR-style 100-word passages, or pool the paragraphs
 that datasets ship into one deduplicated corpus.
 
-    python -m data_builders.corpus --data data -o runs/corpus.jsonl      # a `data_builders.download` folder
-    python -m data_builders.corpus ircot:dev_subsampled.jsonl wiki.tsv -o runs/corpus.jsonl
+    python -m data_builders.corpus --data_dir data --output_file runs/corpus.jsonl # a `data_builders.download` folder
+    python -m data_builders.corpus ircot:dev_subsampled.jsonl wiki.tsv --output_file runs/corpus.jsonl
 
 An input is ``PATH`` (format detected) or ``FORMAT:PATH`` with a format of
 :func:`data_builders.readers.read_corpus`. Output is canonical passage JSONL.
@@ -150,24 +150,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="*",
         help=f"PATH or FORMAT:PATH; formats: {', '.join(CORPUS_FORMATS)} or a QA format that ships paragraphs",
     )
-    parser.add_argument("--data", type=Path, help="add the paragraphs of a `python -m data_builders.download` folder")
-    parser.add_argument("--shared-data", type=Path, help="add the development corpus from a shared/data dir")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="canonical passage JSONL to write")
+    parser.add_argument("--data_dir", "--data", type=Path,
+                        help="add the paragraphs of a `python -m data_builders.download` folder")
+    parser.add_argument("--shared_data_dir", "--shared-data", type=Path,
+                        help="add the development corpus from a shared/data dir")
+    parser.add_argument("--output_file", "-o", "--output", type=Path, required=True,
+                        help="canonical passage JSONL to write")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
     specs = [parse_input(s) for s in args.inputs]
-    if args.shared_data:
-        specs += [(args.shared_data / rel, fmt) for rel, fmt in SHARED_CORPUS_INPUTS]
-    if args.data:
+    if args.shared_data_dir:
+        specs += [(args.shared_data_dir / rel, fmt) for rel, fmt in SHARED_CORPUS_INPUTS]
+    if args.data_dir:
         try:
-            specs += downloaded_corpus_inputs(args.data)
+            specs += downloaded_corpus_inputs(args.data_dir)
         except DataError as e:
             parser.exit(2, f"error: {e}\n")
     if not specs:
-        parser.error("give at least one input, --data or --shared-data")
-    if args.output.is_dir():  # checked before the inputs are read, which can take minutes
-        parser.error(f"-o {args.output} is a folder; name the JSONL file to write")
+        parser.error("give at least one input, --data_dir or --shared_data_dir")
+    if args.output_file.is_dir():  # checked before the inputs are read, which can take minutes
+        parser.error(f"--output_file {args.output_file} is a folder; name the JSONL file to write")
     try:
         sources = []
         for path, fmt in specs:
@@ -177,11 +180,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DataError as e:
         parser.exit(2, f"error: {e}\n")
     try:
-        write_passages_jsonl(passages, args.output)
+        write_passages_jsonl(passages, args.output_file)
     except OSError as e:
-        parser.exit(2, f"error: cannot write {args.output}: {e.strerror or e}\n")
+        parser.exit(2, f"error: cannot write {args.output_file}: {e.strerror or e}\n")
     print(
-        f"{stats.kept:>7} passages written to {args.output} "
+        f"{stats.kept:>7} passages written to {args.output_file} "
         f"({stats.seen} read, {stats.duplicates} duplicates merged, {stats.empty} empty dropped)"
     )
     return 0

@@ -1,16 +1,16 @@
 """Fetch the papers' datasets and the DPR Wikipedia passages into a local data folder, one command each.
 
-    python -m data_builders.download popqa --out data/
-    python -m data_builders.download hotpotqa 2wikimultihopqa --out data/
-    python -m data_builders.download hotpotqa --mirror /mnt/copies/hotpotqa --out data/   # a host is down
-    python -m data_builders.download all --out data/          # every source (psgs_w100 alone is 13 GB)
+    python -m data_builders.download popqa --output_dir data/
+    python -m data_builders.download hotpotqa 2wikimultihopqa --output_dir data/
+    python -m data_builders.download hotpotqa --mirror /mnt/copies/hotpotqa --output_dir data/   # a host is down
+    python -m data_builders.download all --output_dir data/   # every source (psgs_w100 alone is 13 GB)
     python -m data_builders.download --list                   # names, sources, what each paper uses them for
 
 Each source lands in ``OUT/<name>/`` as its authors released it (``data_builders/download_sources.py``: address,
 mirrors, pinned sha256 and size where published, hub id and revision where the copy is a hub repository, licence).
 ``OUT/manifest.json`` records, per source, where every file came from, its size and sha256, the question files with
 their reader format and the passage files; the readers take the folder as it is (``read_qa(OUT/hotpotqa/...)``,
-``python -m data_builders.corpus --data OUT``).
+``python -m data_builders.corpus --data_dir OUT``).
 
 Every file is tried from each place in turn: the mirrors the user names (``--mirror``, or
 ``ADAPTIVE_RAG_DATA_MIRROR``: addresses or folders, separated by spaces), then the authors' host, then the listed
@@ -21,7 +21,7 @@ place tried; when every place failed, the error lists them and how to give a cop
 Nothing half-done is ever taken for done: a file downloads to ``NAME.part`` and a rerun continues it (an HTTP
 range request; a server that ignores ranges sends it again from the start), it is renamed only once complete and
 its sha256 matches the pinned or recorded one, archives unpack into a temporary folder renamed when whole (the
-archive is then deleted unless ``--keep-archives``: the manifest keeps its sha256), and a source enters the manifest
+archive is then deleted unless ``--keep_archives``: the manifest keeps its sha256), and a source enters the manifest
 last. A finished source is skipped on a rerun; ``--force`` downloads it again (the old copy is replaced only by a
 checked new one).
 """
@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from adaptive_rag.plumbing.atomic_files import write_text_atomic
-from adaptive_rag.plumbing.cli import OneLineArgumentParser
+from adaptive_rag.plumbing.cli import OneLineArgumentParser, add_show_progress
 from adaptive_rag.plumbing.errors import DataError
 from data_builders.download_sources import SOURCES, RemoteFile, Source
 from data_builders.fetching import Rejected, aside_name, fetch, folder_of, place_name, unpack, wrong_start
@@ -289,7 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = OneLineArgumentParser(prog="python -m data_builders.download",
                                    description="Fetch the papers' datasets into a local data folder.")
     parser.add_argument("names", nargs="*", help=f"sources: {', '.join(SOURCES)}, or all")
-    parser.add_argument("--out", type=Path, default=Path("data"), help="the data folder (default: data)")
+    parser.add_argument("--output_dir", "--out", type=Path, default=Path("data"),
+                        help="the data folder (default: data)")
     parser.add_argument("--list", action="store_true", help="list the sources and exit")
     parser.add_argument("--force", action="store_true",
                         help="download again, even what the manifest says is done (a copy is replaced only by a "
@@ -297,10 +298,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--mirror", action="append", default=[], metavar="FOLDER_OR_URL",
                         help="a place holding the release files by name, tried before the authors' hosts: a folder "
                              f"(or file://), or an address; repeatable; {MIRROR_ENV} adds more (space-separated)")
-    parser.add_argument("--keep-archives", action="store_true",
+    parser.add_argument("--keep_archives", "--keep-archives", action="store_true",
                         help="keep .zip/.tgz/.gz files after unpacking them (default: deleted once unpacked whole; "
                              "the manifest keeps their sha256)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_show_progress(parser, "--no-progress")
     args = parser.parse_args(argv)
     if args.list:
         print(describe())
@@ -308,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.names:
         parser.error("name at least one source, or all (--list shows them)")
     try:
-        download(args.names, args.out, show_progress=not args.no_progress, force=args.force, mirrors=args.mirror,
+        download(args.names, args.output_dir, show_progress=args.show_progress, force=args.force, mirrors=args.mirror,
                  keep_archives=args.keep_archives)
     except DataError as err:
         parser.exit(2, f"error: {err}\n")

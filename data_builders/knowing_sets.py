@@ -43,7 +43,7 @@ def require_set(name: str, seed: int) -> Path:
     path = set_path(name, seed)
     if not path.is_file():
         raise ConfigError(f"dataset {name} is written by the knowing-model build, and {path} does not exist: run "
-                          f"`python -m training.knowing_model --out {knowing_dir(seed)} --seed {seed}` (or set "
+                          f"`python -m training.knowing_model --output_dir {knowing_dir(seed)} --seed {seed}` (or set "
                           f"{KNOWING_DIR_ENV} to the folder holding seed{seed}/)")
     return path
 

@@ -5,8 +5,8 @@ Wikipedia-like passage, plus distractor entities that no question asks about and
 common-knowledge facts of :mod:`data_builders.common_knowledge`. A small model cannot know the
 fictional facts (it must retrieve) but may know the common ones.
 
-    python -m data_builders.world --out data/world --seed 0
-    python -m data_builders.world --out data/world100k --seed 0 --scale 100000   # bigger corpus
+    python -m data_builders.world --output_dir data/world --world_seed 0
+    python -m data_builders.world --output_dir data/world100k --world_seed 0 --scale 100000   # bigger corpus
 
 Ids are stable for a seed: passages "world-p-00012" (fictional), "world-p-ck-0003" (common),
 "world-p-x-000042" (scale_passages); questions "world-q-single-0003", "world-q-bridge-0001",
@@ -15,13 +15,13 @@ Ids are stable for a seed: passages "world-p-00012" (fictional), "world-p-ck-000
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from adaptive_rag.plumbing.cli import OneLineArgumentParser
 from adaptive_rag.plumbing.records import Passage, QAExample
 from data_builders import world_questions
 from data_builders.common_knowledge import common_knowledge_examples
@@ -184,14 +184,16 @@ def write_world(world: World, out_dir: str | Path, passages: list[Passage] | Non
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Write the embedded offline world as canonical JSONL.")
-    parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = OneLineArgumentParser(prog="python -m data_builders.world",
+                                   description="Write the embedded offline world as canonical JSONL.")
+    parser.add_argument("--output_dir", "--out", required=True, help="output folder")
+    parser.add_argument("--world_seed", "--seed", type=int, default=0,
+                        help="the world's seed (the other commands' --world_seed)")
     parser.add_argument("--scale", type=int, default=0, help="grow the corpus to at least this many passages")
     args = parser.parse_args(argv)
-    world = build_world(WorldConfig(seed=args.seed))
+    world = build_world(WorldConfig(seed=args.world_seed))
     corpus = scale_passages(world, args.scale) if args.scale else world.passages
-    out = write_world(world, args.out, corpus)
+    out = write_world(world, args.output_dir, corpus)
     print(f"wrote {len(corpus)} passages, {len(world.single_hop)} single-hop, {len(world.two_hop)} two-hop, "
           f"{len(world.common_knowledge)} common-knowledge questions to {out}")
 

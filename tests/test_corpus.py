@@ -149,7 +149,7 @@ def test_cli_mistakes_are_one_line_and_write_nothing(tmp_path, capsys):
     header_only = _write(tmp_path / "empty.tsv", "id\ttext\ttitle\n")
     out = tmp_path / "out.jsonl"
     for argv, message in [([str(tsv), "-o", str(tmp_path)], "is a folder; name the JSONL file"),
-                          ([str(tsv)], "the following arguments are required: -o/--output"),
+                          ([str(tsv)], "the following arguments are required: --output_file"),
                           ([f"dpr_tsv:{header_only}", "-o", str(out)], "empty.tsv: no passages")]:
         with pytest.raises(SystemExit) as exc:
             main(argv)
@@ -168,7 +168,7 @@ def test_cli_help_runs_as_module():
         text=True,
         timeout=60,
     )
-    assert done.returncode == 0 and "--shared-data" in done.stdout
+    assert done.returncode == 0 and "--shared_data_dir" in done.stdout
 
 
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="needs the shared/data development files beside the checkout")
