@@ -1,6 +1,7 @@
 """Each paper's claim on the knowing model, with paired bootstrap 95% intervals (docs/knowing_world.md).
 
-    python -m inference.commands.knowing_claims runs/knowing/seed0/claims --out runs/knowing/seed0/claims/claims.md
+    python -m inference.commands.knowing_claims runs/knowing/seed0/claims \\
+        --output_file runs/knowing/seed0/claims/claims.md
 
 Reads the evaluation folders below the given paths (as ``inference.commands.report`` finds them) and checks, per
 dataset:
@@ -368,7 +369,8 @@ def _known(values: list[float | None]) -> dict[str, float]:
 @dataclass
 class ClaimsConfig:
     runs: list[str] = field(default_factory=list, metadata={"help": "folders holding the claims' evaluation runs"})
-    out: str | None = None  # also write the Markdown here
+    output_file: str | None = field(default=None, metadata={"help": "also write the Markdown here",
+                                                           "aliases": ["--out"]})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -380,9 +382,9 @@ def main(argv: list[str] | None = None) -> None:
     if not cfg.runs:
         raise ConfigError("give at least one folder of evaluation runs")
     text = claims_report(cfg.runs)
-    if cfg.out:
-        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.out).write_text(text, encoding="utf-8")
+    if cfg.output_file:
+        Path(cfg.output_file).parent.mkdir(parents=True, exist_ok=True)
+        Path(cfg.output_file).write_text(text, encoding="utf-8")
     print(text)
 
 

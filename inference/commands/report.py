@@ -1,14 +1,14 @@
 """Results people can look at: a table (Markdown and CSV), figures (PNG) and one self-contained HTML page.
 
-    python -m inference.commands.report runs/sweeps/world --out runs/reports/world
-    python -m inference.commands.report runs/eval/dragin runs/eval/flare runs/adapt_llm_demo/model/eval --out \\
-        runs/report
+    python -m inference.commands.report runs/sweeps/world --output_dir runs/reports/world
+    python -m inference.commands.report runs/eval/dragin runs/eval/flare runs/adapt_llm_demo/model/eval \\
+        --output_dir runs/report
 
 Each RUN_DIR is searched recursively for: evaluation folders (``config.yaml`` with ``metrics.json`` or
 ``predictions.jsonl``, as ``python -m inference.commands.evaluate`` writes them, one per point of a sweep), ADAPT-LLM
 evaluations of ``training/adapt_llm.py`` (an evaluation folder with ``summary.json``: its NR / AR / ADAPT-LLM rows;
 before, ``summary.json`` + ``records.jsonl``) and distillation logs
-(``metrics.jsonl`` of ``retrieval_adapt/distill.py``). ``--out`` gets ``results.md``, ``results.csv``, a PNG per
+(``metrics.jsonl`` of ``retrieval_adapt/distill.py``). ``--output_dir`` gets ``results.md``, ``results.csv``, a PNG per
 figure that has data (``frontier.png``: quality against retrievals per question; ``iterations.png``:
 Iter-RetGen per iteration; ``gate_thresholds.png``: the gate against its thresholds; ``distillation.png``: loss
 and recall over steps) and ``report.html`` (the table and figures in one file; links to trace views found in the
@@ -418,7 +418,8 @@ class ReportConfig:
     runs: list[str] = field(default_factory=list, metadata={
         "help": "run folders (also given first, without --runs): evaluation or sweep folders, ADAPT-LLM "
                 "evaluations, distillation outputs"})
-    out: str = field(default="runs/report", metadata={"help": "where the table, figures and report.html go"})
+    output_dir: str = field(default="runs/report", metadata={"help": "where the table, figures and report.html go",
+                                                             "aliases": ["--out"]})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -428,8 +429,9 @@ def main(argv: list[str] | None = None) -> None:
         argv = ["--runs", *argv[:first_flag], *argv[first_flag:]]
     (cfg,) = parse_config((ReportConfig,), argv, prog="python -m inference.commands.report")
     if not cfg.runs:
-        raise ConfigError("give at least one run folder: python -m inference.commands.report RUN_DIR... --out DIR")
-    result = make_report(cfg.runs, cfg.out)
+        raise ConfigError("give at least one run folder: "
+                          "python -m inference.commands.report RUN_DIR... --output_dir DIR")
+    result = make_report(cfg.runs, cfg.output_dir)
     print(result["table"])
     print(f"\n{len(result['figures'])} figure(s), report: {result['html']}")
 

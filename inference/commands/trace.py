@@ -1,9 +1,11 @@
 """Why did retrieval fire? An HTML view of one question: generated words coloured by RIND score, the trigger
 points, the discarded text, the queries formed and the documents each round saw.
 
-    python -m inference.commands.trace --dataset world-two-hop --question_index 3 --theta 0.5 --out runs/trace.html
-    python -m inference.commands.trace --question "Who founded Ludisk Records?" --out runs/trace.html
-    python -m inference.commands.trace --predictions runs/eval/dragin/predictions.jsonl --question_id ID --out t.html
+    python -m inference.commands.trace --dataset world-two-hop --question_index 3 --theta 0.5 \\
+        --output_file runs/trace.html
+    python -m inference.commands.trace --question "Who founded Ludisk Records?" --output_file runs/trace.html
+    python -m inference.commands.trace --predictions runs/eval/dragin/predictions.jsonl --question_id ID \\
+        --output_file t.html
 
 The third form renders a record saved by ``inference.commands.evaluate`` run with ``--keep_signals true``.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 import html
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from adaptive_rag.lm.models import load_causal_lm
@@ -36,7 +38,7 @@ class TraceConfig:
     index: str | None = None
     predictions: str | None = None  # render a saved record instead of running the model
     question_id: str | None = None
-    out: str = "runs/trace.html"
+    output_file: str = field(default="runs/trace.html", metadata={"aliases": ["--out"]})
 
 
 def _colour(score: float, theta: float) -> str:
@@ -108,9 +110,9 @@ def main(argv: list[str] | None = None) -> None:
     cfg, method, prompt, engine = parse_config((TraceConfig, MethodConfig, PromptConfig, EngineConfig), argv,
                                                prog="python -m inference.commands.trace")
     record = trace_record(cfg, method, prompt, engine)
-    Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(cfg.out).write_text(render(record), encoding="utf-8")
-    print(f"{len(record.retrievals)} retrievals; trace written to {cfg.out}")
+    Path(cfg.output_file).parent.mkdir(parents=True, exist_ok=True)
+    Path(cfg.output_file).write_text(render(record), encoding="utf-8")
+    print(f"{len(record.retrievals)} retrievals; trace written to {cfg.output_file}")
 
 
 def cli() -> int:
