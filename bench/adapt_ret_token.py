@@ -2,11 +2,11 @@
 learnt by LoRA alone (the authors' code, ``ret_token text``): the same job, data recipe and held-out questions.
 
     python bench/adapt_ret_token.py --json runs/bench/adapt_ret_token.json
-    python bench/adapt_ret_token.py --out runs/bench/adapt_ret_token --arms text   # one arm (resumable)
+    python bench/adapt_ret_token.py --output_dir runs/bench/adapt_ret_token --arms text   # one arm (resumable)
 
 Each arm runs ``training/adapt_llm.py CONFIG --ret_token ARM`` (default: the CPU demo's YAML) into ``OUT/ARM/data``
 and ``OUT/ARM/model``; an arm whose held-out evaluation is already there is read, not rerun (``--rerun`` runs the
-job again; it resumes its own checkpoints). ``--job-args`` adds switches to both jobs (a smaller run, another base).
+job again; it resumes its own checkpoints). ``--job_args`` adds switches to both jobs (a smaller run, another base).
 
 Printed per arm, from the evaluation's ``predictions.jsonl`` (every question's three answers): NR, AR and
 ADAPT-LLM accuracy, ADAPT-LLM's retrieval share overall and per question kind (the world's fictional questions
@@ -145,16 +145,18 @@ def table(figures: dict[str, dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(DEMO_CONFIG), help="the ADAPT-LLM job's YAML (default: the CPU demo)")
-    parser.add_argument("--out", default="runs/bench/adapt_ret_token", help="OUT/ARM/{data,model} per arm")
+    parser.add_argument("--output_dir", "--out",
+                        default="runs/bench/adapt_ret_token", help="OUT/ARM/{data,model} per arm")
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
-    parser.add_argument("--job-args", default="", help="more switches for both jobs, one string ('--limit 64')")
+    parser.add_argument("--job_args", "--job-args",
+                        default="", help="more switches for both jobs, one string ('--limit 64')")
     parser.add_argument("--rerun", action="store_true", help="run the job even where an evaluation is there")
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
     add_threads_arg(parser)
     add_json_arg(parser)
     args = parser.parse_args()
     set_threads(args.threads)
-    out, job_args = Path(args.out), shlex.split(args.job_args)
+    out, job_args = Path(args.output_dir), shlex.split(args.job_args)
 
     timings, questions, figures = {}, {}, {}
     for arm in args.arms:

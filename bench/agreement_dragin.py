@@ -3,10 +3,10 @@ the pinned commit, fetched into the data folder, never stored here) and the engi
 and BM25 index; question by question: trigger round and position, every query, every document list, the final
 text, EM/F1, retrievals, generated tokens and seconds; the rate of exact agreement for each.
 
-    python -m data_builders.download dragin-code --out data/        # their src/*.py at the pinned commit
-    python -m data_builders.corpus -o runs/hotpotqa/corpus.jsonl ircot:PATH/dev_subsampled.jsonl
+    python -m data_builders.download dragin-code --output_dir data/        # their src/*.py at the pinned commit
+    python -m data_builders.corpus --output_file runs/hotpotqa/corpus.jsonl ircot:PATH/dev_subsampled.jsonl
     python -m retrieval_adapt.build_index --corpus runs/hotpotqa/corpus.jsonl --kind bm25 \
-        --bm25_scoring elasticsearch --out runs/hotpotqa/bm25-es
+        --bm25_scoring elasticsearch --output_dir runs/hotpotqa/bm25-es
     python bench/agreement_dragin.py --dataset PATH/dev_subsampled.jsonl --index runs/hotpotqa/bm25-es \
         --limit 64 --methods dragin --batch1 --json runs/bench/agreement_dragin.json
 
@@ -37,7 +37,7 @@ from harness import add_json_arg, load_1min, print_table, write_json
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 THEIR_FILES = ("data.py", "generate.py", "retriever.py", "main.py", "eval.py")
-FETCH = "python -m data_builders.download dragin-code --out data/"
+FETCH = "python -m data_builders.download dragin-code --output_dir data/"
 FIX_LENGTH = 32  # their FL-RAG configs lack fix_length (FixLengthRAG reads it); the engine's --fixed_length default
 
 # method -> (their config's method and extra keys, the engine's extra switches); the settings of their
@@ -96,7 +96,7 @@ def run_authors(method: str, args, work: Path, model_path: str) -> Path:
     out = work / "authors_out"
     shutil.rmtree(out, ignore_errors=True)
     config = work / "config.json"
-    config.write_text(json.dumps(their_config(method, model_path, args.work / "data", args.limit, out), indent=1))
+    config.write_text(json.dumps(their_config(method, model_path, args.workdir / "data", args.limit, out), indent=1))
     load = load_1min()
     seconds = run([sys.executable, str(HERE / "agreement_authors.py"), "authors", "--code", str(args.authors_code),
                    "--config", str(config), "--index", str(args.index), "--trace", str(trace)], work / "authors.log")
@@ -158,8 +158,8 @@ def main() -> None:
     parser.add_argument("--engine_rules", choices=("standin", "project"), default="standin",
                         help="without en_core_web_sm: the engine gets the same spaCy stand-in as their code "
                              "(standin), or falls back to the project's rules (project)")
-    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "agreement")
-    parser.add_argument("--reuse", action="store_true", help="reuse the runs already in --work")
+    parser.add_argument("--workdir", "--work", type=Path, default=ROOT / "runs" / "agreement")
+    parser.add_argument("--reuse", action="store_true", help="reuse the runs already in --workdir")
     parser.add_argument("--per_question", action="store_true", help="print every method's question table")
     parser.add_argument("--other_index", default=None,
                         help="a second index over the same corpus (e.g. the default bm25s scoring): the share of "
@@ -187,8 +187,8 @@ def main() -> None:
     from adaptive_rag.lm.models import resolve_model
 
     args.index, args.dataset = Path(args.index).resolve(), str(Path(args.dataset).resolve())
-    args.authors_code, args.work = args.authors_code.resolve(), args.work.resolve()
-    examples = write_their_data(args.dataset, args.start, args.limit, args.work / "data")
+    args.authors_code, args.workdir = args.authors_code.resolve(), args.workdir.resolve()
+    examples = write_their_data(args.dataset, args.start, args.limit, args.workdir / "data")
     golds = {ex.id: ex.answers for ex in examples}
     model_path = resolve_model(args.model)
     standin = args.engine_rules == "standin" and not spacy_model_installed()
@@ -200,7 +200,7 @@ def main() -> None:
 
     summaries, figures, header, queries_seen = {}, {}, None, []
     for method in methods:
-        work = args.work / method
+        work = args.workdir / method
         work.mkdir(parents=True, exist_ok=True)
         trace = run_authors(method, args, work, model_path)
         header, records = cmp.read_trace(trace)

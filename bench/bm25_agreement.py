@@ -2,7 +2,7 @@
 kind), and both against the default bm25s setting, on HotpotQA's paragraphs and questions.
 
     python bench/bm25_agreement.py --json runs/bench/bm25_agreement.json
-    python bench/bm25_agreement.py --questions ../shared/data/hotpotqa/dev_subsampled.jsonl --no-lucene
+    python bench/bm25_agreement.py --questions ../shared/data/hotpotqa/dev_subsampled.jsonl --no_lucene
 
 The corpus is every paragraph the question file ships (IRCoT's HotpotQA dev subsample: 500 questions, 4,858
 paragraphs), each question is a query. Per pair of settings: the share of questions with the same top-1 passage,
@@ -152,9 +152,10 @@ def scale(n: int, n_queries: int, repeats: int, chunk_size: int, work: Path, kee
         load_before = load_1min()
         chunk = ["--chunk_size", str(chunk_size)] if name != "lucene" else []
         build_s, build_gb, _ = measured([py, "-m", "retrieval_adapt.build_index", "--corpus", str(corpus),
-                                         "--out", str(index), *BUILDS[name], *chunk])
+                                         "--output_dir", str(index), *BUILDS[name], *chunk])
         query = json.loads(queries_file.read_text())[0]
-        search_s, search_gb, _ = measured([py, "-m", "retrieval_adapt.search", str(index), query, "-k", str(DEPTH)])
+        search_s, search_gb, _ = measured([py, "-m", "retrieval_adapt.search", str(index), query,
+                                           "--top_k", str(DEPTH)])
         answers = work / f"{name}-answers.json"
         _, serve_gb, _ = measured([py, __file__, "--serve", str(index), str(queries_file), str(answers),
                                    "--repeats", str(repeats)])
@@ -190,12 +191,14 @@ def main() -> None:
     parser.add_argument("--questions", default="../shared/data/hotpotqa/dev_subsampled.jsonl",
                         help="a HotpotQA question file that ships its paragraphs (IRCoT's dev_subsampled.jsonl)")
     parser.add_argument("--format", default="ircot", help="its read_corpus format")
-    parser.add_argument("-k", type=int, default=3)
-    parser.add_argument("--no-lucene", action="store_true", help="leave Lucene out even when the extra is there")
+    parser.add_argument("--top_k", "-k", type=int, default=3)
+    parser.add_argument("--no_lucene", "--no-lucene",
+                        action="store_true", help="leave Lucene out even when the extra is there")
     parser.add_argument("--world", type=int, default=0, help="measure scale on the world scaled to this many passages")
     parser.add_argument("--queries", type=int, default=200, help="--world: questions asked")
     parser.add_argument("--repeats", type=int, default=3, help="--world: timed runs of the questions (best of)")
-    parser.add_argument("--chunk-size", type=int, default=100_000, help="--world: the bm25s builds' chunk size")
+    parser.add_argument("--chunk_size", "--chunk-size",
+                        type=int, default=100_000, help="--world: the bm25s builds' chunk size")
     parser.add_argument("--workdir", default="runs/bench/bm25_agreement", help="--world: corpora and indexes")
     parser.add_argument("--keep", action="store_true", help="--world: keep the corpus and indexes")
     parser.add_argument("--serve", nargs=3, metavar=("INDEX", "QUERIES", "OUT"), help=argparse.SUPPRESS)
@@ -233,17 +236,17 @@ def main() -> None:
         ids, scores, search_s[name] = ranked_ids(retriever, questions, DEPTH)
         runs[name] = (ids, scores)
 
-    results: dict[str, float | int | str] = {"passages": len(passages), "questions": len(questions), "k": args.k,
+    results: dict[str, float | int | str] = {"passages": len(passages), "questions": len(questions), "k": args.top_k,
                                               "load_1min": load_1min()}
     rows = []
     for a, b in combinations(["elasticsearch", "lucene", "default"], 2):
         if a not in runs or b not in runs:
             continue
-        agree = agreement(runs[a][0], runs[b][0], args.k)
-        rows.append([f"{a} vs {b}", agree["top1"], agree[f"top{args.k}_set"], agree["kendall_tau"]])
+        agree = agreement(runs[a][0], runs[b][0], args.top_k)
+        rows.append([f"{a} vs {b}", agree["top1"], agree[f"top{args.top_k}_set"], agree["kendall_tau"]])
         for key, value in agree.items():
             results[f"{a}_vs_{b}_{key}"] = value
-    print_table(["settings", "same top-1", f"same top-{args.k} set", f"Kendall tau (top-{DEPTH})"], rows, ".3f")
+    print_table(["settings", "same top-1", f"same top-{args.top_k} set", f"Kendall tau (top-{DEPTH})"], rows, ".3f")
     print_table(["setting", "build s", f"search s ({len(questions)} queries)"],
                 [[n, build_s[n], search_s[n]] for n in settings], ".2f")
     for n in settings:
@@ -256,8 +259,8 @@ def main() -> None:
         for i, q in enumerate(questions):
             e = (runs["elasticsearch"][0][i], runs["elasticsearch"][1][i])
             lu = (runs["lucene"][0][i], runs["lucene"][1][i])
-            if set(e[0][:args.k]) != set(lu[0][:args.k]):
-                cause = explain(q, e, lu, by_id, ours, theirs, args.k)
+            if set(e[0][:args.top_k]) != set(lu[0][:args.top_k]):
+                cause = explain(q, e, lu, by_id, ours, theirs, args.top_k)
                 causes[cause] = causes.get(cause, 0) + 1
                 print(f"differs ({cause}): {q}\n  elasticsearch {list(zip(e[0][:4], np.round(e[1][:4], 4)))}\n"
                       f"  lucene        {list(zip(lu[0][:4], np.round(lu[1][:4], 4)))}")
@@ -272,8 +275,8 @@ def main() -> None:
         settings["lucene"].close()
         tmp.cleanup()
     key = "elasticsearch_vs_lucene" if "lucene" in runs else "elasticsearch_vs_default"
-    results["ratio"] = results[f"{key}_top{args.k}_set"]
-    results["ratio_of"] = f"{key}: share of questions with the same top-{args.k} set"
+    results["ratio"] = results[f"{key}_top{args.top_k}_set"]
+    results["ratio_of"] = f"{key}: share of questions with the same top-{args.top_k} set"
     print(f"ratio ({results['ratio_of']}): {results['ratio']:.3f}; load {load_1min()}")
     write_json(args.json, results)
 

@@ -1,9 +1,9 @@
 """Algorithm 1's closed-book pass against plain transformers ``generate`` (baseline), same questions and batch size.
 
     python bench/closed_book.py --json runs/bench/closed_book.json
-    python bench/closed_book.py --questions 64 --batch-size 16 --max-new-tokens 20 --pairs 2 --dtype float32
+    python bench/closed_book.py --questions 64 --batch_size 16 --max_new_tokens 20 --pairs 2 --dtype float32
 
-(a) baseline: ``model.generate`` over batches of ``--batch-size`` left-padded NR prompts, greedy, stopping at the
+(a) baseline: ``model.generate`` over batches of ``--batch_size`` left-padded NR prompts, greedy, stopping at the
 same end tokens; (b) the pass ADAPT-LLM's data builder runs: ``data_builders.adapt_closed_book.model_closed_book_fn``
 (its ``generate_texts`` on the engine's decoder: continuous batching, longest prompts first), called batch by
 batch as ``answer_closed_book`` calls it. Both on the same world questions (Algorithm 1's source); runs alternate
@@ -43,8 +43,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--questions", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=16, help="closed_book_batch_size (the data builder's)")
-    parser.add_argument("--max-new-tokens", type=int, default=20, help="closed_book_max_new_tokens")
+    parser.add_argument("--batch_size", "--batch-size",
+                        type=int, default=16, help="closed_book_batch_size (the data builder's)")
+    parser.add_argument("--max_new_tokens", "--max-new-tokens", type=int, default=20, help="closed_book_max_new_tokens")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     parser.add_argument("--pairs", type=int, default=2, help="A B rounds; medians over them")
     add_threads_arg(parser)

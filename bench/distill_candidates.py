@@ -16,7 +16,7 @@ Each arm is evaluated by ``python -m training.evaluate_adapted`` without Iter-Re
 
 Printed: recall@k and answer recall@k of the base and each adapted encoder with 95% percentile bootstrap intervals
 over questions, each arm − base paired, and the candidates' quality (gold share, the teacher's and the retriever's
-top-1). Headline ``difference``: recall@K (``--k``, 5) of ``y1q+eq3`` − ``q16+softmax``, paired over the held-out
+top-1). Headline ``difference``: recall@K (``--recall_k``, 5) of ``y1q+eq3`` − ``q16+softmax``, paired over the held-out
 questions. Every step resumes (the commands' own resuming); an arm's outputs are ``OUT/data_POOL``,
 ``OUT/distill_ARM``, ``OUT/eval_ARM``. The dense index is built into ``--index`` when it is not there.
 """
@@ -102,17 +102,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--index", default="runs/index/world-minilm",
                         help="the dense index (built here over the world with MiniLM when absent)")
-    parser.add_argument("--out", default="runs/bench/distill_candidates")
+    parser.add_argument("--output_dir", "--out", default="runs/bench/distill_candidates")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), help=f"of {', '.join(ARMS)}")
-    parser.add_argument("--data-config", default=str(CONFIGS / "data_world.yaml"))
-    parser.add_argument("--distill-config", default=str(CONFIGS / "distill_world_cpu.yaml"))
-    parser.add_argument("--eval-config", default=str(CONFIGS / "evaluate_world.yaml"))
-    parser.add_argument("--data-args", default="", help="more switches for distill_set, one string")
-    parser.add_argument("--distill-args", default="", help="more switches for distill_retriever, one string")
-    parser.add_argument("--eval-args", default="", help="more switches for evaluate_adapted, one string")
-    parser.add_argument("--earlier-candidates", type=int, default=16,
+    parser.add_argument("--data_config", "--data-config", default=str(CONFIGS / "data_world.yaml"))
+    parser.add_argument("--distill_config", "--distill-config", default=str(CONFIGS / "distill_world_cpu.yaml"))
+    parser.add_argument("--eval_config", "--eval-config", default=str(CONFIGS / "evaluate_world.yaml"))
+    parser.add_argument("--data_args", "--data-args", default="", help="more switches for distill_set, one string")
+    parser.add_argument("--distill_args", "--distill-args",
+                        default="", help="more switches for distill_retriever, one string")
+    parser.add_argument("--eval_args", "--eval-args", default="", help="more switches for evaluate_adapted, one string")
+    parser.add_argument("--earlier_candidates", "--earlier-candidates", type=int, default=16,
                         help="the q16 pool's size (the earlier default's num_candidates)")
-    parser.add_argument("--k", type=int, default=5, help="the headline's recall@k (one of the eval config's ks)")
+    parser.add_argument("--recall_k", "--k",
+                        type=int, default=5, help="the headline's recall@k (one of the eval config's ks)")
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
     add_threads_arg(parser)
     add_json_arg(parser)
@@ -122,15 +124,15 @@ def main() -> None:
     from retrieval_adapt import build_index
     from training import distill_retriever, distill_set, evaluate_adapted
 
-    out, index = Path(args.out), args.index
+    out, index = Path(args.output_dir), args.index
     pools = dict(POOLS, q16=[*POOLS["q16"][:-1], str(args.earlier_candidates)])
     timings: dict[str, dict] = {}
     if not (Path(index) / "embeddings.npy").is_file():
         timings["index"] = run(build_index.main, ["--corpus", "world", "--kind", "dense", "--encoder", "minilm",
-                                                  "--out", index], "dense index")
+                                                  "--output_dir", index], "dense index")
     stats = {}
     for pool in dict.fromkeys(a.split("+")[0] for a in arms):
-        argv = [args.data_config, "--index_dir", index, "--out", str(out / f"data_{pool}"), *pools[pool],
+        argv = [args.data_config, "--index", index, "--output_dir", str(out / f"data_{pool}"), *pools[pool],
                 *shlex.split(args.data_args)]
         timings[f"data_{pool}"] = run(distill_set.main, argv, f"candidates {pool}")
         stats[pool] = json.loads((out / f"data_{pool}" / "stats.json").read_text())
@@ -138,24 +140,24 @@ def main() -> None:
     for arm in arms:
         pool, teacher = arm.split("+")
         distilled = out / f"distill_{arm}"
-        argv = [args.distill_config, "--data_dir", str(out / f"data_{pool}"), "--index_dir", index, "--output_dir",
+        argv = [args.distill_config, "--data_dir", str(out / f"data_{pool}"), "--index", index, "--output_dir",
                 str(distilled), *TEACHERS[teacher], *shlex.split(args.distill_args)]
         timings[f"distill_{arm}"] = run(distill_retriever.main, argv, f"distill {arm}")
         best[arm] = json.loads((distilled / "query_encoder" / "best.json").read_text())
-        argv = [args.eval_config, "--index_dir", index, "--query_encoder", str(distilled / "query_encoder"),
-                "--out", str(out / f"eval_{arm}"), "--run_iter_retgen", "false", *shlex.split(args.eval_args)]
+        argv = [args.eval_config, "--index", index, "--query_encoder", str(distilled / "query_encoder"),
+                "--output_dir", str(out / f"eval_{arm}"), "--run_iter_retgen", "false", *shlex.split(args.eval_args)]
         timings[f"eval_{arm}"] = run(evaluate_adapted.main, argv, f"evaluate {arm}")
         reports[arm] = json.loads((out / f"eval_{arm}" / "report.json").read_text())
 
     first = reports[arms[0]]
     ids = first["per_question"]["ids"]
     if any(r["per_question"]["ids"] != ids for r in reports.values()):
-        fail("the arms were evaluated on different questions: give them the same --eval-config and --eval-args")
+        fail("the arms were evaluated on different questions: give them the same --eval_config and --eval_args")
     keys = [k for k in first["recall"]["base"] if not k.endswith("_lo") and not k.endswith("_hi")]
-    head = f"recall@{args.k}"
+    head = f"recall@{args.recall_k}"
     if head not in keys:
-        fail(f"--k {args.k}: the evaluation has {', '.join(keys)}")
-    results: dict = {"index": index, "n_questions": len(ids), "resamples": args.resamples, "k": args.k,
+        fail(f"--recall_k {args.recall_k}: the evaluation has {', '.join(keys)}")
+    results: dict = {"index": index, "n_questions": len(ids), "resamples": args.resamples, "k": args.recall_k,
                      "data_args": args.data_args, "distill_args": args.distill_args, "eval_args": args.eval_args}
     rows = {"base": figures(first, "base", keys, args.resamples)}
     rows.update({arm: figures(reports[arm], "adapted", keys, args.resamples) for arm in arms})

@@ -2,11 +2,11 @@
 model, with a profile and the compute bound of every runner.
 
     python bench/dynamic_rag.py --json runs/bench/dynamic_rag.json
-    python bench/dynamic_rag.py --questions 64 --batch-size 64 --theta 0.5 --dataset world-two-hop
-    python bench/dynamic_rag.py --prompt-style paper --demos hotpotqa --theta 0.8 --dragin-profile reference \\
-        --max-new-tokens 100 --dataset data/hotpotqa/hotpot_dev_distractor_v1.json --index runs/hotpotqa/bm25
-    python bench/dynamic_rag.py --questions 8 --repeats 1 --shared-head both     # with and without the shared head
-    python bench/dynamic_rag.py --packed-linears both        # the engine on prepacked and on stock linear layers
+    python bench/dynamic_rag.py --questions 64 --batch_size 64 --theta 0.5 --dataset world-two-hop
+    python bench/dynamic_rag.py --prompt_style paper --demos hotpotqa --theta 0.8 --dragin_profile reference \\
+        --max_new_tokens 100 --dataset data/hotpotqa/hotpot_dev_distractor_v1.json --index runs/hotpotqa/bm25
+    python bench/dynamic_rag.py --questions 8 --repeats 1 --shared_head both     # with and without the shared head
+    python bench/dynamic_rag.py --packed_linears both        # the engine on prepacked and on stock linear layers
 
 Runners: (a) ``authors``, ``bench/dragin_authors_pattern.py``, the headline baseline: one question at a time,
 ``generate`` over the full prompt at every round, then one extra pass over the round's generated text for RIND and,
@@ -15,8 +15,8 @@ when retrieval fires, one over question + answer so far for QFS, as the authors'
 passes over prompt + text (every pass re-encodes the demos: more work than the authors' code); its outputs must
 equal the engine's in float32; (c) the engine: all questions batched, signals captured while decoding with the KV
 cache, the prompts' shared head (the paper style's few-shot demos; the chat template's system turn) prefilled once
-(``--shared-head``), and, in bf16 on a CPU, linear layers on weights prepacked once for oneDNN
-(``--packed-linears``; the same bits as the stock layers the baselines run). The HotpotQA index:
+(``--shared_head``), and, in bf16 on a CPU, linear layers on weights prepacked once for oneDNN
+(``--packed_linears``; the same bits as the stock layers the baselines run). The HotpotQA index:
 ``bench/experiments/README.md``.
 
 Baselines and engine run ``--repeats`` times, interleaved (A B C A B C ...), so that a neighbour's load hits all
@@ -305,36 +305,38 @@ def main() -> None:
                         "data/hotpotqa/hotpot_dev_distractor_v1.json with --index)")
     parser.add_argument("--index", default=None, help="index folder (required for a QA file)")
     parser.add_argument("--questions", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=64, help="the engine's batch (default: the whole default "
+    parser.add_argument("--batch_size", "--batch-size",
+                        type=int, default=64, help="the engine's batch (default: the whole default "
                         "question set at once, the fastest on a CPU: every decode step reads the weights once)")
     parser.add_argument("--theta", type=float, default=0.5)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--prompt-style", default="chat", choices=["chat", "paper"])
+    parser.add_argument("--max_new_tokens", "--max-new-tokens", type=int, default=48)
+    parser.add_argument("--prompt_style", "--prompt-style", default="chat", choices=["chat", "paper"])
     parser.add_argument("--demos", default="hotpotqa")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                         help="auto: bf16 on a CPU where a probe finds it faster (then greedy outputs of the two "
                              "runners can part at near ties); float32 for exact agreement")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds of baseline and engine")
-    parser.add_argument("--shared-head", default="on", choices=["on", "off", "both"],
+    parser.add_argument("--shared_head", "--shared-head", default="on", choices=["on", "off", "both"],
                         help="prefill the prompts' shared head once (both: run the engine with and without)")
-    parser.add_argument("--packed-linears", default="on", choices=["on", "off", "both"],
+    parser.add_argument("--packed_linears", "--packed-linears", default="on", choices=["on", "off", "both"],
                         help="bf16 on a CPU: the engine's linear layers on weights prepacked once (same bits as the "
                              "stock layers; both: run the engine with and without)")
-    parser.add_argument("--dragin-profile", default="paper", choices=["paper", "reference"],
+    parser.add_argument("--dragin_profile", "--dragin-profile", default="paper", choices=["paper", "reference"],
                         help="which reading of DRAGIN (inference/dynamic_rag/methods.py); the authors' code is "
                              "'reference'")
-    parser.add_argument("--qfs-top-n", type=int, default=None, help="QFS words (default: the profile's)")
-    parser.add_argument("--head-attention", default="auto", choices=["auto", "once", "per-row", "both"],
+    parser.add_argument("--qfs_top_n", "--qfs-top-n", type=int, default=None, help="QFS words (default: the profile's)")
+    parser.add_argument("--head_attention", "--head-attention",
+                        default="auto", choices=["auto", "once", "per-row", "both"],
                         help="decode steps score the shared head once for the batch, or read a copy per row (auto: "
                              "the decoder's choice; both: the engine once, and per row as engine_head_per_row)")
     parser.add_argument("--replay", default="on", choices=["on", "off"],
                         help="also run the replay (the engine's decisions without cache or batch, full attention "
                              "passes): the check that outputs are identical, and the older baseline")
-    parser.add_argument("--authors-attn", default="eager", choices=["eager", "sdpa"],
+    parser.add_argument("--authors_attn", "--authors-attn", default="eager", choices=["eager", "sdpa"],
                         help="attention of the authors' generate (their code gets eager with current transformers)")
     parser.add_argument("--overhead", default="on", choices=["on", "off"],
                         help="also time plain generate against the signal decoder")
-    parser.add_argument("--op-profile", default=None, metavar="PATH",
+    parser.add_argument("--op_profile", "--op-profile", default=None, metavar="PATH",
                         help="after the timed rounds, run the engine once more under torch.profiler and write its "
                              "operators by their own time to PATH: where the model calls' time goes")
     harness.add_threads_arg(parser)
@@ -351,7 +353,7 @@ def main() -> None:
     prompts = PromptBuilder(tokenizer, PromptConfig(prompt_style=args.prompt_style, demos=args.demos))
     method = MethodConfig(method="dragin", theta=args.theta, dragin_profile=args.dragin_profile,
                           qfs_top_n=args.qfs_top_n)
-    # shared_head False: run_engine sets the head itself (--shared-head), so that it is prefilled once per run
+    # shared_head False: run_engine sets the head itself (--shared_head), so that it is prefilled once per run
     cfg = EngineConfig(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, shared_head=False,
                        packed_linears=args.packed_linears != "off")
     head = prompt_head_ids(tokenizer, prompts)

@@ -3,11 +3,11 @@ GPU run of DRAGIN needs, next to the authors' published 7.73 s per question (Lla
 reproducibility guide).
 
     python bench/gpu_scale.py --json runs/bench/gpu_scale.json          # on a GPU: 7B shape, bf16, batch 1 16 64
-    python bench/gpu_scale.py --shape tiny --device cpu --dtype float32 --questions 4 --batch-sizes 1,2 \\
-        --max-new-tokens 4                                              # the same code on a 2-layer model, anywhere
+    python bench/gpu_scale.py --shape tiny --device cpu --dtype float32 --questions 4 --batch_sizes 1,2 \\
+        --max_new_tokens 4                                              # the same code on a 2-layer model, anywhere
 
 Workload, per question: the paper prompt (the 8 HotpotQA few-shot demos, then a question of the embedded world) and
-DRAGIN's first round: ``--max-new-tokens`` greedy tokens with the last layer's attention and every token's entropy
+DRAGIN's first round: ``--max_new_tokens`` greedy tokens with the last layer's attention and every token's entropy
 captured, as RIND reads them, the demos prefilled once for all questions. θ is out of reach, so nothing is
 retrieved (the triggers of a random model mean nothing) and every question generates the same number of tokens:
 the LM head's rows of the stop tokens are zero, so no end of turn comes early; the script reports the tokens it got.
@@ -17,7 +17,7 @@ A real run adds retrieval rounds (the authors' code averaged about 1.2 per Hotpo
 The model: Llama-2-7B's layout (4,096 wide, 32 layers, 32 heads without grouping, MLP 11,008, untied LM head) with
 SmolLM2's tokenizer, so the vocabulary is 49,152 rows instead of 32,000 (1% more weights).
 Each batch size runs the same questions after one untimed warm-up (kernels' first calls); batch 1 runs the first
-``--questions-at-batch-1`` of them (one question at a time is slow on a 7B model).
+``--questions_at_batch_1`` of them (one question at a time is slow on a 7B model).
 
 ``ratio``: seconds per question at batch 1 ÷ at the largest batch, both measured in this run. ``published_ratio``:
 7.73 ÷ seconds per question at the largest batch (a published figure, not measured here).
@@ -103,19 +103,19 @@ def main() -> None:
     parser.add_argument("--shape", default="llama-2-7b", choices=sorted(SHAPES))
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    parser.add_argument("--batch-sizes", default="1,16,64", help="comma-separated")
+    parser.add_argument("--batch_sizes", "--batch-sizes", default="1,16,64", help="comma-separated")
     parser.add_argument("--questions", type=int, default=64, help="questions at every batch size but 1")
-    parser.add_argument("--questions-at-batch-1", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=100)
+    parser.add_argument("--questions_at_batch_1", "--questions-at-batch-1", type=int, default=8)
+    parser.add_argument("--max_new_tokens", "--max-new-tokens", type=int, default=100)
     harness.add_threads_arg(parser)
     harness.add_json_arg(parser)
     args = parser.parse_args()
     try:
         batches = sorted({int(b) for b in args.batch_sizes.split(",")})
     except ValueError:
-        parser.error(f"--batch-sizes must be integers separated by commas, got '{args.batch_sizes}'")
+        parser.error(f"--batch_sizes must be integers separated by commas, got '{args.batch_sizes}'")
     if batches[0] < 1 or min(args.questions, args.questions_at_batch_1, args.max_new_tokens) < 1:
-        parser.error("batch sizes, question counts and --max-new-tokens must be positive")
+        parser.error("batch sizes, question counts and --max_new_tokens must be positive")
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("no CUDA device here: run it on a GPU machine, or pass --device cpu (with --shape tiny)")

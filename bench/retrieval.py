@@ -1,10 +1,10 @@
 """Retrieval throughput: bm25s against rank_bm25 (baseline) on the same corpus and queries; dense encoding; faiss.
 
     python bench/retrieval.py --json runs/bench/retrieval.json
-    python bench/retrieval.py --world-size 100000 --queries 200 --shared-data ../shared/data
+    python bench/retrieval.py --world_size 100000 --queries 200 --shared_data_dir ../shared/data
 
 Corpora: (a) the pooled real corpus from ``../shared/data`` when present (~20k passages), (b) the embedded world
-scaled to ``--world-size`` passages (≥ 100k by default). Both BM25 libraries get the same pre-tokenised text
+scaled to ``--world_size`` passages (≥ 100k by default). Both BM25 libraries get the same pre-tokenised text
 (bm25s' tokenizer: stopwords removed, Snowball stemming), so the comparison is index build + scoring only.
 Headline ``ratio``: bm25s query throughput ÷ rank_bm25 query throughput on the scaled world.
 """
@@ -80,12 +80,14 @@ def bench_dense(n_encode: int, n_vectors: int, n_queries: int) -> dict[str, floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--world-size", type=int, default=100_000)
+    parser.add_argument("--world_size", "--world-size", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=500)
-    parser.add_argument("--rank-queries", type=int, default=50, help="queries timed on rank_bm25 (slow)")
-    parser.add_argument("--shared-data", default=None, help="../shared/data (default: found next to the repo)")
+    parser.add_argument("--rank_queries", "--rank-queries",
+                        type=int, default=50, help="queries timed on rank_bm25 (slow)")
+    parser.add_argument("--shared_data_dir", "--shared-data",
+                        default=None, help="../shared/data (default: found next to the repo)")
     parser.add_argument("--encode", type=int, default=256, help="passages encoded with minilm")
-    parser.add_argument("--faiss-vectors", type=int, default=100_000)
+    parser.add_argument("--faiss_vectors", "--faiss-vectors", type=int, default=100_000)
     add_json_arg(parser)
     args = parser.parse_args()
 
@@ -95,7 +97,7 @@ def main() -> None:
     results: dict[str, float] = {}
     world = build_world()
     questions = [q.question for q in world.single_hop + world.two_hop + world.common_knowledge]
-    shared = Path(args.shared_data) if args.shared_data else find_shared_data_dir()
+    shared = Path(args.shared_data_dir) if args.shared_data_dir else find_shared_data_dir()
     if shared and shared.exists():
         real = pooled_shared_corpus(shared)
         queries = random.Random(0).choices(questions, k=args.queries)

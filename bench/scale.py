@@ -109,7 +109,7 @@ def bench_dense(n: int, encoder: str, kinds: list[str], work: Path, pq_m: int, r
             wall, peak, _ = measured([sys.executable, "-m", "retrieval_adapt.build_dense", "--corpus", str(corpus),
                                       "--encoder", encoder, "--faiss", kind, "--pq_m", str(pq_m), "--refine", str(r),
                                       "--nlist", str(max(1, n // 39)), "--shards_dir", str(shards),
-                                      "--keep_shards", "true", "--out", str(out)])
+                                      "--keep_shards", "true", "--output_dir", str(out)])
             meta = json.loads((out / "meta.json").read_text())
             dim = int(np.load(out / "embeddings.npy", mmap_mode="r").shape[1])
             rows.append({"kind": kind if not r else f"{kind}+refine{r}", "passages": n, "build_s": wall,
@@ -126,13 +126,14 @@ def main() -> None:
     parser.add_argument("--sizes", default="250000,500000,1000000", help="corpus sizes, comma-separated")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--chunk-size", type=int, default=100_000)
+    parser.add_argument("--chunk_size", "--chunk-size", type=int, default=100_000)
     parser.add_argument("--workdir", default="runs/bench/scale")
     parser.add_argument("--keep", action="store_true", help="keep the corpora and indexes")
     parser.add_argument("--dense", type=int, default=0, help="also build dense indexes over this many passages")
-    parser.add_argument("--dense-encoder", default="minilm")
-    parser.add_argument("--dense-kinds", default="flat,hnsw_sq,ivfpq")
-    parser.add_argument("--pq-m", type=int, default=48, help="IVF-PQ bytes per vector (must divide the dimension)")
+    parser.add_argument("--dense_encoder", "--dense-encoder", default="minilm")
+    parser.add_argument("--dense_kinds", "--dense-kinds", default="flat,hnsw_sq,ivfpq")
+    parser.add_argument("--pq_m", "--pq-m",
+                        type=int, default=48, help="IVF-PQ bytes per vector (must divide the dimension)")
     parser.add_argument("--refine", type=int, default=4, help="also IVF-PQ re-ranking refine*k exact candidates")
     parser.add_argument("--throughput", nargs=2, metavar=("INDEX", "QUERIES"), help=argparse.SUPPRESS)
     add_json_arg(parser)
@@ -164,10 +165,10 @@ def main() -> None:
         shutil.rmtree(index, ignore_errors=True)
         load_before = load_1min()
         build_s, build_gb, _ = measured([py, "-m", "retrieval_adapt.build_index", "--corpus",
-                                         str(work / f"corpus-{n}.jsonl"), "--out", str(index),
+                                         str(work / f"corpus-{n}.jsonl"), "--output_dir", str(index),
                                          "--chunk_size", str(args.chunk_size)])
         query = json.loads(queries_file.read_text())[0]
-        search_s, search_gb, _ = measured([py, "-m", "retrieval_adapt.search", str(index), query, "-k", "10"])
+        search_s, search_gb, _ = measured([py, "-m", "retrieval_adapt.search", str(index), query, "--top_k", "10"])
         _, _, out = measured([py, str(ROOT / "bench" / "scale.py"), "--throughput", str(index), str(queries_file),
                               "--repeats", str(args.repeats)])
         t = json.loads(out.strip().splitlines()[-1])

