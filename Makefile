@@ -37,7 +37,7 @@ gpu-scale:
 	$(PYTHON) bench/gpu_scale.py --json runs/bench/gpu_scale.json
 
 # Agreement with the DRAGIN authors' own code (docs/agreement_dragin.md). Their code first:
-# `python -m data_builders.download dragin-code --out data/`; the index over the question file's paragraphs is built
+# `python -m data_builders.download dragin-code --output_dir data/`; the index over the question file's paragraphs is built
 # here when missing (Elasticsearch's BM25 as the project computes it). AGREEMENT_METHODS: dragin, wo-rag, sr-rag,
 # fl-rag, fs-rag, token-rag (comma-separated).
 AGREEMENT_DATASET ?= ../shared/data/hotpotqa/dev_subsampled.jsonl
@@ -47,8 +47,8 @@ AGREEMENT_LIMIT ?= 64
 
 agreement-dragin:
 	test -f $(AGREEMENT_INDEX)/meta.json || { \
-	  $(PYTHON) -m data_builders.corpus -o $(AGREEMENT_INDEX)-corpus.jsonl ircot:$(AGREEMENT_DATASET) && \
+	  $(PYTHON) -m data_builders.corpus --output_file $(AGREEMENT_INDEX)-corpus.jsonl ircot:$(AGREEMENT_DATASET) && \
 	  $(PYTHON) -m retrieval_adapt.build_index --corpus $(AGREEMENT_INDEX)-corpus.jsonl --kind bm25 \
-	    --bm25_scoring elasticsearch --out $(AGREEMENT_INDEX); }
+	    --bm25_scoring elasticsearch --output_dir $(AGREEMENT_INDEX); }
 	$(PYTHON) bench/agreement_dragin.py --dataset $(AGREEMENT_DATASET) --index $(AGREEMENT_INDEX) \
 	  --limit $(AGREEMENT_LIMIT) --methods $(AGREEMENT_METHODS) --batch1 --json runs/bench/agreement_dragin.json

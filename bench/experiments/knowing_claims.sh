@@ -7,8 +7,8 @@ set -euo pipefail
 SEED=${1:-0}
 shift || true
 K=runs/knowing/seed$SEED
-python -m training.knowing_model --out "$K" --seed "$SEED" "$@"
-python -m retrieval_adapt.build_index --corpus "$K/sets/corpus.jsonl" --kind bm25 --out "$K/bm25"
+python -m training.knowing_model --output_dir "$K" --seed "$SEED" "$@"
+python -m retrieval_adapt.build_index --corpus "$K/sets/corpus.jsonl" --kind bm25 --output_dir "$K/bm25"
 # Claim 1: ADAPT-LLM (Algorithm 1 with the knowing model, LoRA gate), then NR / AR / ADAPT-LLM on the eval half
 python training/adapt_llm.py bench/experiments/knowing_adapt.yaml --world_seed "$SEED" --base_model "$K/model" \
     --data_dir "$K/claims/adapt/data" --output_dir "$K/claims/adapt/model"
@@ -23,13 +23,13 @@ python -m inference.commands.sweep bench/experiments/knowing_six_methods.yaml --
 python -m inference.commands.sweep bench/experiments/knowing_iter_retgen.yaml --world_seed "$SEED" --model "$K/model" \
     --index "$K/bm25" --output_dir "$K/claims/iter_retgen"
 # Claim 4: retrieval adaptation (knowing model as generator and teacher), recall@5 adapted vs base
-python -m retrieval_adapt.build_index --corpus "$K/sets/corpus.jsonl" --kind dense --encoder minilm --out "$K/minilm"
+python -m retrieval_adapt.build_index --corpus "$K/sets/corpus.jsonl" --kind dense --encoder minilm --output_dir "$K/minilm"
 python -m training.distill_set bench/experiments/knowing_distill_data.yaml --world_seed "$SEED" \
-    --index_dir "$K/minilm" --generator "$K/model" --reranker_model "$K/model" --out "$K/claims/distill/data"
+    --index "$K/minilm" --model "$K/model" --reranker_model "$K/model" --output_dir "$K/claims/distill/data"
 python training/distill_retriever.py retrieval_adapt/configs/distill_world_cpu.yaml --data_dir "$K/claims/distill/data" \
-    --index_dir "$K/minilm" --output_dir "$K/claims/distill/model"
+    --index "$K/minilm" --output_dir "$K/claims/distill/model"
 python -m training.evaluate_adapted bench/experiments/knowing_distill_eval.yaml --world_seed "$SEED" \
-    --index_dir "$K/minilm" --generator "$K/model" --out "$K/claims/distill/eval" \
+    --index "$K/minilm" --model "$K/model" --output_dir "$K/claims/distill/eval" \
     --query_encoder "$K/claims/distill/model/query_encoder"
-python -m inference.commands.knowing_claims "$K/claims" --out "$K/claims/claims.md"
-python -m inference.commands.report "$K/claims" --out "$K/report"
+python -m inference.commands.knowing_claims "$K/claims" --output_file "$K/claims/claims.md"
+python -m inference.commands.report "$K/claims" --output_dir "$K/report"

@@ -8,12 +8,12 @@ SEED=${1:-0}
 K=runs/knowing/seed$SEED
 R=runs/knowing-reasoning/seed$SEED
 export ADAPTIVE_RAG_KNOWING_DIR=runs/knowing-reasoning
-python -m training.knowing_model --out "$R" --seed "$SEED" --base_model "$K/model" --training_mix reasoning \
-    --epochs 1.5
-python -m retrieval_adapt.build_index --corpus "$R/sets/corpus.jsonl" --kind bm25 --out "$R/bm25"
+python -m training.knowing_model --output_dir "$R" --seed "$SEED" --base_model "$K/model" --training_mix reasoning \
+    --num_train_epochs 1.5
+python -m retrieval_adapt.build_index --corpus "$R/sets/corpus.jsonl" --kind bm25 --output_dir "$R/bm25"
 python -m inference.commands.sweep bench/experiments/knowing_six_methods_reasoning.yaml --world_seed "$SEED" \
     --model "$R/model" --index "$R/bm25" --output_dir "$R/claims/dynamic"
 python -m inference.commands.sweep bench/experiments/knowing_iter_retgen_reasoning.yaml --world_seed "$SEED" \
     --model "$R/model" --index "$R/bm25" --output_dir "$R/claims/iter_retgen"
-python -m inference.commands.knowing_claims "$R/claims" --out "$R/claims/claims.md"
-python -m inference.commands.report "$R/claims" --out "$R/report"
+python -m inference.commands.knowing_claims "$R/claims" --output_file "$R/claims/claims.md"
+python -m inference.commands.report "$R/claims" --output_dir "$R/report"

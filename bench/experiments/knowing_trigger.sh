@@ -53,4 +53,4 @@ done
 # the forced continuation does not change the signals of the answer before it: the reference run's signals serve
 tune_and_eval reference-project "$T/signals/adapt-tune/reference" --dragin_profile reference \
     --answer_extraction project
-python -m inference.commands.knowing_claims "$T/signals/adapt" "$T/eval" --out "$T/claims.md"
+python -m inference.commands.knowing_claims "$T/signals/adapt" "$T/eval" --output_file "$T/claims.md"

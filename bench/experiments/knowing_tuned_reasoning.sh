@@ -31,4 +31,4 @@ while read -r method flags; do
         --batch_size 16 --show_progress false --output_dir "$R/tuned/method=$method"
 done < "$R/tune/best.txt"
 python -m inference.commands.knowing_claims "$R/claims/dynamic/method=wo-rag" "$R/claims/dynamic/method=sr-rag" \
-    "$R/claims/dynamic/method=fs-rag" "$R/tuned" --out "$R/claims_tuned.md"
+    "$R/claims/dynamic/method=fs-rag" "$R/tuned" --output_file "$R/claims_tuned.md"
