@@ -138,3 +138,80 @@ def test_plain_text_ret_is_forced_and_read_with_the_pieces_the_gate_reads(family
     assert out["retrievals"][0] == 1 and out["well_formed"][0]
     ids = out["prompt_ids"][0]
     assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1
+
+
+def test_a_vllm_turn_is_cut_after_its_closing_tag(smol_tokenizer):
+    """trl's vLLM engine has no stop strings: the turn ends where decode_until would have ended it."""
+    from adaptive_rag.lm.tokenization import continuation_ids
+    from training.grpo_vllm import cut_at_stop, vllm_decoder
+
+    tok = smol_tokenizer
+    turn = continuation_ids(tok, " <search> Osk </search>")
+    more = continuation_ids(tok, " and then")
+    got = cut_at_stop(turn + more, [-1.0] * (len(turn) + len(more)), tok, ("</search>", "</answer>"))
+    assert got.ids == turn and got.reason == "stop" and got.stop_text == "</search>" and len(got.logprobs) == len(turn)
+    eos = tok.eos_token_id
+    assert cut_at_stop(more + [eos] + more, [0.0] * 5, tok, ("</search>",)).ids[-1] == eos
+    assert cut_at_stop(more, [0.0] * len(more), tok, ("</search>",)).reason == "length"
+
+    class FakeVLLM:
+        def generate(self, prompts, images, num_generations):
+            return prompts, [turn + more for _ in prompts], [[[-0.5]] * len(turn + more) for _ in prompts], None
+
+    decode = vllm_decoder(SimpleNamespace(vllm_generation=FakeVLLM()))
+    (out,) = decode(None, tok, [[1, 2]], max_new_tokens=64, stop_texts=("</search>",))
+    assert out.ids == turn and out.logprobs == [-0.5] * len(turn)
+
+
+RECIPES = ["training/configs/grpo_demo_cpu.yaml", "training/configs/grpo_search_cpu.yaml",
+           "training/configs/grpo_search_qwen7b_vllm.yaml", "bench/experiments/grpo_knowing_gate.yaml",
+           "bench/experiments/grpo_knowing_search.yaml"]
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_grpo_recipe_parses(recipe):
+    from pathlib import Path
+
+    from training.grpo import parse
+
+    root = Path(__file__).resolve().parents[1]
+    assert sorted(str(p.relative_to(root)) for p in root.glob("*/**/grpo_*.yaml")) == sorted(RECIPES)
+    _, task, train = parse([str(root / recipe)])
+    assert train.num_generations >= 2 and task.task in ("gate", "search")
+
+
+@pytest.mark.parametrize("recipe,n", [("training/configs/grpo_demo_cpu.yaml", 256),
+                                      ("training/configs/grpo_search_cpu.yaml", 128)])
+def test_the_cpu_recipes_select_their_questions(recipe, n):
+    from pathlib import Path
+
+    from training.grpo import parse
+    from training.grpo_job import training_questions
+
+    _, task, _ = parse([str(Path(__file__).resolve().parents[1] / recipe)])
+    questions = training_questions(task)
+    assert len(questions) == n and len({q.id for q in questions}) == n
+
+
+def test_lambda_sweep_commands_and_figure(tmp_path):
+    import json
+    import sys
+
+    from bench_modules import bench_module
+
+    sweep = bench_module("experiments/grpo_lambda_sweep")
+    cmds = sweep.commands("r.yaml", [0.0, 0.05], tmp_path, "knowing-adapt", "--index i", "--index i")
+    assert cmds[0] == [sys.executable, "training/grpo.py", "r.yaml", "--retrieval_penalty", "0", "--output_dir",
+                       str(tmp_path / "lambda_0"), "--index", "i"]
+    assert cmds[3][-6:] == ["--output_dir", str(tmp_path / "lambda_0.05" / "eval"), "--show_progress", "false",
+                            "--index", "i"]
+    for lam, acc, share in ((0.0, 0.6, 1.0), (0.05, 0.65, 0.55)):
+        (tmp_path / f"lambda_{lam:g}" / "eval").mkdir(parents=True)
+        (tmp_path / f"lambda_{lam:g}" / "eval" / "metrics.json").write_text(
+            json.dumps({"acc": acc, "retrieval_share": share}))
+    rows = sweep.collect(tmp_path, [0.0, 0.05, 0.2])  # λ 0.2 has not finished: left out
+    assert rows == [{"lambda": 0.0, "acc": 0.6, "retrieval_share": 1.0},
+                    {"lambda": 0.05, "acc": 0.65, "retrieval_share": 0.55}]
+    sweep.plot(rows, tmp_path / "f.png")
+    assert (tmp_path / "f.png").stat().st_size > 1000
+    assert sweep.main(["r.yaml", "--lambdas", "-1", "--output_dir", str(tmp_path)]) == 2

@@ -109,3 +109,25 @@ def test_an_untied_head_trains_its_own_ret_row(tmp_path):
     # Llama-2's shape: greedy decoding writes <RET> only if the LM head's own row learns too
     assert any("embed_tokens" in n for n in trained) and any("lm_head" in n for n in trained)
     assert tokenizer.convert_tokens_to_ids("<RET>") == len(tokenizer) - 1
+
+
+def test_search_training_takes_the_loss_on_the_policys_tokens_only(setup, tmp_path, monkeypatch):
+    """Search-R1's task through trl: trl reads the rollout's env_mask, so the completion length it logs counts the
+    policy's tokens and not the <information> block's."""
+    from test_search_agent import TurnScript
+
+    from adaptive_rag.lm.tokenization import continuation_ids
+    from inference.search_agent import loop as loop_module
+
+    tokenizer = load_tokenizer("smollm2-135m")
+    turns = [" <search> Kelmora </search>", " <answer> Osk </answer>"]
+    monkeypatch.setattr(loop_module, "decode_until", TurnScript(tokenizer, turns))
+    out = tmp_path / "search"
+    main([str(setup / "recipe.yaml"), "--task", "search", "--explore_ret", "0", "--max_steps", "1",
+          "--max_searches", "1", "--top_k", "1", "--search_chat", "false", "--output_dir", str(out)])
+    (row,) = json.loads((out / "train_results.json").read_text())["log"]
+    policy_tokens = sum(len(continuation_ids(tokenizer, t)) for t in turns) + 1  # and the answer's EOS
+    assert row["completions/mean_length"] == policy_tokens
+    assert row["retrieval_share"] == 1.0 and row["rewards/format/mean"] == pytest.approx(0.1)
+    # trl's reward is the three terms' sum: correct - λ 0.1 x one search + 0.1 for the kept format
+    assert row["reward"] == pytest.approx(row["rewards/correct/mean"] - 0.1 + 0.1)

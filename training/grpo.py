@@ -3,8 +3,8 @@ repository root.
 
     accelerate launch training/grpo.py                                    # no arguments: the CPU demo (world)
     python training/grpo.py training/configs/grpo_demo_cpu.yaml --max_steps 5 --output_dir runs/grpo/x
-    python training/grpo.py bench/experiments/grpo_knowing.yaml --world_seed 0 --base_model runs/knowing/seed0/model \\
-        --index runs/knowing/seed0/bm25 --output_dir runs/knowing/seed0/claims/grpo/gate
+    python training/grpo.py bench/experiments/grpo_knowing_gate.yaml --world_seed 0 \\
+        --base_model runs/knowing/seed0/model --index runs/knowing/seed0/bm25 --output_dir runs/knowing/seed0/grpo
     python training/grpo.py training/configs/grpo_search_cpu.yaml                 # Search-R1's multi-turn search
     accelerate launch --config_file accelerate_configs/single_gpu.yaml training/grpo.py \\
         training/configs/grpo_search_qwen7b_vllm.yaml                             # GPU, vLLM generation (untested)

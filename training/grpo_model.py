@@ -25,11 +25,18 @@ from training.grpo_config import GrpoTaskConfig, GrpoTrainConfig
 from training.lora_sft import add_ret_token, build_optimizer, build_peft_model, expose_lm_head_bias
 
 
+def adds_ret_token(task: GrpoTaskConfig) -> bool:
+    """Whether the policy writes ``<RET>`` as an added token (the gate's special mode; the search task uses tags)."""
+    return task.task == "gate" and task.ret_token == "special"
+
+
 def lora_settings(task: GrpoTaskConfig, train: GrpoTrainConfig) -> AdaptTrainConfig:
-    """ADAPT-LLM's training config carrying this job's LoRA and ``<RET>`` settings (the helpers it shares read it)."""
+    """ADAPT-LLM's training config carrying this job's LoRA and ``<RET>`` settings (the helpers it shares read it);
+    ``ret_token: text`` there means LoRA alone (no added row)."""
     return AdaptTrainConfig(output_dir=train.output_dir, learning_rate=train.learning_rate, lora_r=train.lora_r,
                             lora_alpha=train.lora_alpha, lora_dropout=train.lora_dropout,
-                            lora_target_modules=list(train.lora_target_modules), ret_token=task.ret_token,
+                            lora_target_modules=list(train.lora_target_modules),
+                            ret_token="special" if adds_ret_token(task) else "text",
                             ret_token_learning_rate=train.ret_token_learning_rate, max_steps=train.max_steps)
 
 
@@ -53,7 +60,7 @@ def load_policy(base_name: str, task: GrpoTaskConfig, train: GrpoTrainConfig, de
         return _continue_adapter(train.init_adapter, task, opts)
     model, tokenizer = models.load_causal_lm(base_name, opts)
     model.train()
-    ret_id = add_ret_token(tokenizer, model) if task.ret_token == "special" else None
+    ret_id = add_ret_token(tokenizer, model) if adds_ret_token(task) else None
     if train.finetune == "full":
         return model, tokenizer, base_name
     return build_peft_model(model, lora_settings(task, train), ret_id, base_name), tokenizer, base_name
@@ -67,7 +74,7 @@ def _continue_adapter(folder: str, task: GrpoTaskConfig, opts) -> tuple[Any, Any
         raise ConfigError(f"init_adapter {folder} is not a LoRA adapter folder (no adapter_config.json)")
     tokenizer = models.load_tokenizer(folder if (Path(folder) / "tokenizer_config.json").is_file() else base)
     mode = adapter_ret_mode(tokenizer, folder)
-    if mode != task.ret_token:
+    if task.task == "gate" and mode != task.ret_token:
         raise ConfigError(f"init_adapter {folder} writes <RET> as {mode}; set ret_token {mode}")
     model, _ = models.load_causal_lm(base, opts)
     if len(tokenizer) != model.get_input_embeddings().weight.shape[0]:
@@ -81,7 +88,7 @@ def _continue_adapter(folder: str, task: GrpoTaskConfig, opts) -> tuple[Any, Any
 
 def optimizer(model: Any, task: GrpoTaskConfig, train: GrpoTrainConfig):
     """AdamW with the ``<RET>`` row at its own rate (LoRA with a special ``<RET>``), else None (trl's own)."""
-    if train.finetune != "lora" or task.ret_token != "special":
+    if train.finetune != "lora" or not adds_ret_token(task):
         return None
     return build_optimizer(model, lora_settings(task, train))
 
@@ -93,5 +100,5 @@ def finish_folder(folder: str | Path, tokenizer: Any, task: GrpoTaskConfig, base
     tokenizer.save_pretrained(str(folder))
     if lora:
         record_adapter_base(folder, base)
-    if task.ret_token == "text":
+    if task.task == "gate" and task.ret_token == "text":
         write_marker(folder, tokenizer, "text")

@@ -13,6 +13,9 @@ The dataset's ``prompt`` column is the question itself; the rollout builds the m
   rather than sampled (their sampling log-probabilities are NaN, which trl treats as "unknown": no correction).
 * :class:`SearchRollout` (Search-R1): the turns of :mod:`inference.search_agent.loop`, sampled; the
   ``<information>`` ids are the environment's (``env_mask`` 0).
+
+Sampling runs on the project's decoder over the model being trained; with ``use_vllm`` (GPU recipes, untested) the
+policy's turns come from trl's vLLM engine instead (:mod:`training.grpo_vllm`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from inference.adapt_gate.ret_token import text_piece_ids
 from inference.search_agent.decoding import decode_until, stop_ids
 from inference.search_agent.loop import SearchSettings, run_search
 from training.grpo_config import GrpoTaskConfig, GrpoTrainConfig
+from training.grpo_vllm import vllm_decoder
 
 
 def policy_model(trainer) -> Any:
@@ -65,7 +69,8 @@ class GateRollout:
         forced = forced_rows(len(prompts), group, self.task.explore_ret)
         first = [prompt_ids(self.tokenizer, parametric_prompt(q, self.task.prompt_variant)) for q in prompts]
         free = [i for i in range(len(prompts)) if i not in forced]
-        decoded = decode_until(model, self.tokenizer, [first[i] for i in free],
+        decode = vllm_decoder(trainer) if self.train.use_vllm else decode_until
+        decoded = decode(model, self.tokenizer, [first[i] for i in free],
                                max_new_tokens=self.train.max_new_tokens,
                                sampler=rollout_sampler(self.train, trainer.state.global_step),
                                batch_size=self.train.rollout_batch_size)
@@ -123,7 +128,8 @@ class SearchRollout:
 
     def __call__(self, prompts: list[str], trainer) -> dict[str, Any]:
         trajs = run_search(policy_model(trainer), self.tokenizer, self.retriever, prompts, self.settings,
-                           sampler=rollout_sampler(self.train, trainer.state.global_step))
+                           sampler=rollout_sampler(self.train, trainer.state.global_step),
+                           decode=vllm_decoder(trainer) if self.train.use_vllm else None)
         return {"prompt_ids": [t.prompt_ids for t in trajs], "completion_ids": [t.completion_ids for t in trajs],
                 "logprobs": [t.logprobs for t in trajs], "env_mask": [t.env_mask for t in trajs],
                 "answer": [t.answer for t in trajs], "retrievals": [len(t.searches) for t in trajs],

@@ -72,15 +72,17 @@ def first_ids(tokenizer, question: str, settings: SearchSettings) -> list[int]:
 
 
 def run_search(model, tokenizer, retriever: Retriever, questions: Sequence[str], settings: SearchSettings,
-               sampler: Sampler | None = None) -> list[Trajectory]:
-    """One trajectory per question, in order."""
+               sampler: Sampler | None = None, decode=None) -> list[Trajectory]:
+    """One trajectory per question, in order. ``decode``: another backend with :func:`decode_until`'s signature
+    (training with vLLM)."""
+    decode = decode or decode_until
     trajs = [Trajectory(first_ids(tokenizer, q, settings)) for q in questions]
     open_rows = list(range(len(trajs)))
     for turn in range(settings.max_searches + 1):
         if not open_rows:
             break
         contexts = [trajs[i].prompt_ids + trajs[i].completion_ids for i in open_rows]
-        outs = decode_until(model, tokenizer, contexts, max_new_tokens=settings.turn_max_new_tokens,
+        outs = decode(model, tokenizer, contexts, max_new_tokens=settings.turn_max_new_tokens,
                             stop_texts=STOP_TEXTS, sampler=sampler, batch_size=settings.batch_size)
         searching: list[tuple[int, str]] = []
         for i, out in zip(open_rows, outs):

@@ -1,0 +1,92 @@
+"""The arms of the reinforcement addendum (docs/knowing_world.md) side by side, with paired bootstrap intervals.
+
+    python bench/experiments/grpo_arms.py --arm nr=runs/knowing/seed0/claims/adapt/nr \\
+        --arm ar=runs/knowing/seed0/claims/adapt/ar --arm supervised=runs/knowing/seed0/claims/adapt/adapt-llm \\
+        --arm rl=runs/knowing/seed0/claims/grpo/gate/eval --out runs/knowing/seed0/claims/grpo/arms.md
+
+Each ``--arm NAME=FOLDER`` is an evaluation folder of the evaluate command. Per arm: accuracy (``acc``), retrieval
+share, and the AUROC against the recorded ``unknown`` label of the decision's score (a gate's first-step ``<RET>``
+probability; otherwise whether the question retrieved); the oracle gate from ``nr`` and ``ar``; paired differences
+of every arm against ``ar`` and against ``supervised`` (1000 resamples, percentile; questions every arm answered).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from adaptive_rag.plumbing.bootstrap import auroc_ci, bootstrap_ci, paired_diff_ci
+from adaptive_rag.plumbing.question_set import QuestionSet
+from data_builders.question_loader import WorldOptions, read_set
+from inference.commands.report import load_eval_run
+
+
+def per_question(folder: Path) -> dict[str, dict[str, float]]:
+    """Each question's accuracy, whether it retrieved, and its decision score."""
+    run = load_eval_run(folder, folder.name)
+    scores = run.scores()
+    out = {}
+    for rec in run.records():
+        retrieved = bool(rec.gate.retrieved) if rec.gate is not None else bool(rec.retrievals)
+        p = rec.gate.p_ret if rec.gate is not None and rec.gate.p_ret is not None else float(retrieved)
+        out[rec.id] = {"acc": scores[rec.id]["acc"], "retrieved": float(retrieved), "score": p}
+    return out
+
+
+def labels_of(folder: Path) -> dict[str, str]:
+    cfg = load_eval_run(folder, folder.name).config
+    examples = read_set(QuestionSet(cfg["dataset"]), fmt=cfg.get("dataset_format"),
+                        world=WorldOptions(seed=cfg.get("world_seed", 0)))
+    return {ex.id: ex.metadata["label"] for ex in examples if "label" in ex.metadata}
+
+
+def _ci(mean: float, lo: float, hi: float) -> str:
+    return f"{mean:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def table(arms: dict[str, dict[str, dict[str, float]]], labels: dict[str, str]) -> list[str]:
+    ids = sorted(set.intersection(*(set(a) for a in arms.values())))
+    if "nr" in arms and "ar" in arms and labels:
+        arms = {**arms, "oracle": {i: {"acc": arms["ar" if labels.get(i) == "unknown" else "nr"][i]["acc"],
+                                       "retrieved": float(labels.get(i) == "unknown"), "score": 0.0} for i in ids}}
+    lines = [f"{len(ids)} questions every arm answered", "",
+             "| arm | accuracy | retrieval share | AUROC vs unknown | − AR, paired | − supervised, paired |",
+             "|---|---|---|---|---|---|"]
+    for name, rows in arms.items():
+        acc = [rows[i]["acc"] for i in ids]
+        share = [rows[i]["retrieved"] for i in ids]
+        cells = [_ci(sum(acc) / len(acc), *bootstrap_ci(acc)), _ci(sum(share) / len(share), *bootstrap_ci(share))]
+        known = [i for i in ids if i in labels]
+        auc = auroc_ci([rows[i]["score"] for i in known], [labels[i] == "unknown" for i in known]) \
+            if known and name not in ("oracle", "nr", "ar") else None
+        cells.append(_ci(*auc) if auc else "-")
+        for ref in ("ar", "supervised"):
+            cells.append(_ci(*paired_diff_ci(acc, [arms[ref][i]["acc"] for i in ids]))
+                         if ref in arms and ref != name else "-")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--arm", action="append", required=True, help="NAME=EVALUATION_FOLDER (repeat)")
+    parser.add_argument("--out", help="also write the table here (Markdown)")
+    args = parser.parse_args(argv)
+    folders = {}
+    for spec in args.arm:
+        name, _, folder = spec.partition("=")
+        if not folder or not (Path(folder) / "config.yaml").is_file():
+            print(f"error: --arm {spec}: expected NAME=FOLDER, an evaluation folder with config.yaml", file=sys.stderr)
+            return 2
+        folders[name] = Path(folder)
+    arms = {name: per_question(folder) for name, folder in folders.items()}
+    text = "\n".join(table(arms, labels_of(next(iter(folders.values())))))
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
