@@ -114,7 +114,7 @@ class GrpoTrainConfig:
     resume_from_checkpoint: str = "auto"  # auto: output_dir's last checkpoint; "never"; or a folder
     report_to: str = "none"  # wandb: logged there (offline without an API key)
     run_name: str | None = None
-    train_seed: int = 42
+    seed: int = 42
     log_completions: bool = False
     push_to_hub: str | None = None
 

@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 # Settings a resumed run must share with the checkpoints it continues (the others may change, e.g. max_steps).
 RESUME_KEYS = ("base_model", "task", "dataset", "start", "limit", "shuffle_seed", "world_seed", "retriever",
                "retrieval_penalty", "format_reward", "ret_token", "explore_ret", "init_adapter", "finetune", "lora_r",
-               "num_generations", "questions_per_step", "learning_rate", "beta", "temperature", "train_seed")
+               "num_generations", "questions_per_step", "learning_rate", "beta", "temperature", "seed")
 
 
 class RandomRetriever:
@@ -81,7 +81,7 @@ def grpo_args(task: GrpoTaskConfig, train: GrpoTrainConfig):
         (task.max_searches + 1) * task.turn_max_new_tokens,
         logging_steps=train.logging_steps, save_steps=train.save_steps, save_total_limit=train.save_total_limit,
         report_to=[] if train.report_to == "none" else [train.report_to], run_name=train.run_name,
-        seed=train.train_seed, bf16=train.precision == "bf16", disable_dropout=True,
+        seed=train.seed, bf16=train.precision == "bf16", disable_dropout=True,
         log_completions=train.log_completions, use_vllm=train.use_vllm, vllm_mode=train.vllm_mode,
         remove_unused_columns=False, push_to_hub=False, save_only_model=False)
 
@@ -130,7 +130,7 @@ def _train_locked(state, model_cfg: BaseModelConfig, task: GrpoTaskConfig, train
     configure_wandb(train.report_to)
     questions = training_questions(task)
     retriever = make_retriever(task, questions)
-    set_seed(train.train_seed)  # LoRA's A matrices and the <RET> row are drawn now, before the trainer seeds
+    set_seed(train.seed)  # LoRA's A matrices and the <RET> row are drawn now, before the trainer seeds
     model, tokenizer, base = load_policy(model_cfg.base_model, task, train, str(state.device))
     rollout_cls = GateRollout if task.task == "gate" else SearchRollout
     trainer = GRPOTrainer(model=model, reward_funcs=reward_functions(task.judge, task.judge_normalize,

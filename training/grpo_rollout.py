@@ -44,7 +44,7 @@ def policy_model(trainer) -> Any:
 def rollout_sampler(train: GrpoTrainConfig, step: int) -> Sampler:
     """Sampling at trl's temperature (its loss recomputes log-probabilities at the same temperature), seeded per
     optimizer step so that a resumed run draws what the uninterrupted one would have."""
-    return Sampler(temperature=train.temperature, seed=train.train_seed * 100_003 + step)
+    return Sampler(temperature=train.temperature, seed=train.seed * 100_003 + step)
 
 
 def forced_rows(n: int, group: int, share: float) -> set[int]:
