@@ -320,9 +320,9 @@ def _write_npy_header(f, dtype: np.dtype, n: int) -> None:
                                              "fortran_order": False, "shape": (n,)})
 
 
-def _duplicate_id(work: Path, chunks: list[dict[str, Any]]) -> str | None:
-    """The first id two passages share, or None: a sort of 8-byte id hashes (168 MB at 21M passages), then the
-    chunks' passages holding a repeated hash."""
+def _duplicate_id(work: Path, chunks: list[dict[str, Any]]) -> tuple[str, int] | None:
+    """The first id two passages share and the number of records the stream had read by its last copy's chunk, or
+    None: a sort of 8-byte id hashes (168 MB at 21M passages), then the chunks' passages holding a repeated hash."""
     hashes = np.concatenate([np.asarray(_read_chunk(work / c["name"])["id_hash"]) for c in chunks])
     hashes.sort()
     repeated = hashes[1:][hashes[1:] == hashes[:-1]]
@@ -330,12 +330,42 @@ def _duplicate_id(work: Path, chunks: list[dict[str, Any]]) -> str | None:
     if not len(repeated):
         return None
     ids: list[str] = []
+    read = last = 0
     for c in chunks:
+        read += c["records"]
         where = np.flatnonzero(np.isin(_read_chunk(work / c["name"])["id_hash"], repeated[:1]))
         if len(where):
             lines = (work / c["name"] / "passages.jsonl").read_bytes().split(b"\n")
             ids += [json.loads(lines[i])["id"] for i in where]
-    return ids[0] if len(set(ids)) < len(ids) else None  # a hash collision of two distinct ids is no duplicate
+            last = read
+    return (ids[0], last) if len(set(ids)) < len(ids) else None  # a hash collision of distinct ids is no duplicate
+
+
+def _id_places(source: dict[str, Any], pid: str, records: int) -> str:
+    """Where passage id ``pid`` occurs among the corpus's first ``records`` records: the lines of a JSONL or TSV
+    file, the rows of a saved dataset; "" for a stream without a file (one more pass over that part of the corpus,
+    taken only when a build fails)."""
+    from data_builders.passage_stream import corpus_format
+    from data_builders.readers_release import iter_dpr_passages_tsv
+    from data_builders.source_files import iter_jsonl
+
+    path = source.get("path")
+    if not path:
+        return ""
+    fmt = corpus_format(path, source.get("format"))
+    if fmt in ("passages_jsonl", "flashrag_jsonl"):
+        located = ((loc.line, str(rec.get("id")) if isinstance(rec, dict) else None) for loc, rec in iter_jsonl(path))
+        unit = "lines"
+    elif fmt == "dpr_tsv":
+        located = ((loc.line, passage.id) for loc, passage in iter_dpr_passages_tsv(path))
+        unit = "lines"
+    else:
+        from data_builders.passage_stream import iter_passages
+
+        located = ((n, passage.id) for n, passage in enumerate(iter_passages(path, fmt), 1))
+        unit = "records"
+    places = [str(where) for where, found in islice(located, records) if found == pid]
+    return f" (on {unit} {', '.join(places[:-1])} and {places[-1]})" if len(places) > 1 else ""
 
 
 class _Slices:
@@ -374,8 +404,9 @@ def assemble(work: Path, manifest: _Manifest, state: _State, settings: StreamSet
                         source=str(manifest.data["settings"]["source"].get("path")))
     dup = _duplicate_id(work, chunks)
     if dup is not None:
-        raise DataError(f"passage id '{dup}' appears more than once; a streamed build needs distinct ids "
-                        "(deduplicate the corpus)", source=str(manifest.data["settings"]["source"].get("path")))
+        source = manifest.data["settings"]["source"]
+        raise DataError(f"passage id '{dup[0]}' appears more than once{_id_places(source, *dup)}; a streamed build "
+                        "needs distinct ids (deduplicate the corpus)", source=str(source.get("path")))
     if n_docs >= 2**31:
         raise DataError(f"{n_docs} passages: bm25s's int32 document ids stop at 2**31", source=str(work))
     n_vocab = len(state.vocab)

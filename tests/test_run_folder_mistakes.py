@@ -71,8 +71,10 @@ def _programs():
     sys.path.insert(0, str(ROOT / "tests"))
     from test_readme import program_types
 
+    from training.grpo import CONFIG_TYPES as GRPO_TYPES
+
     return [program_types(p) for p in ("inference.commands.evaluate", "training/adapt_llm.py", "training.distill_set",
-                                       "training/distill_retriever.py", "training.evaluate_adapted")]
+                                       "training/distill_retriever.py", "training.evaluate_adapted")] + [GRPO_TYPES]
 
 
 def test_every_shipped_recipe_passes_the_value_check():
@@ -210,3 +212,68 @@ def test_the_report_says_which_runs_are_unfinished(tmp_path, capsys):
     assert sorted(r.name for r in runs.evals) == ["runs/cut (unfinished)", "runs/done"]
     err = capsys.readouterr().err
     assert err.count("no metrics.json") == 1 and "cut: no metrics.json" in err and "claims" in err
+
+
+def test_trace_reads_a_saved_record_as_the_other_readers_do(tmp_path, capsys):
+    from inference.commands import trace
+
+    signals = [{"round": 1, "theta": 1.0, "kept_tokens": 1, "trigger": None, "docs": [],
+                "words": [{"text": "Osk", "first_token": 0, "score": 0.5, "entropy": 1.0, "attention": 0.5,
+                           "content": True, "min_prob": 0.4}]}]
+    run = _run(tmp_path / "run", [{**_rec("q1", "So the answer is Osk."), "signals": signals},
+                                  _rec("q2", "Osk.")], {"method": "dragin"}, torn=True)
+    before = (run / "predictions.jsonl").read_bytes()
+    out = tmp_path / "t.html"
+    # the run folder itself, or its predictions file; the torn last line is said and left alone
+    assert run_cli(trace.main, argv=["--predictions", str(run), "--question_id", "q1", "--output_file", str(out)]) == 0
+    assert "1 torn last line left out" in capsys.readouterr().err and "Osk" in out.read_text()
+    assert (run / "predictions.jsonl").read_bytes() == before
+    for argv, message in [(["--question_id", "q9"], "question id q9 not in "),
+                          (["--question_id", "q2"], "record q2 of "),
+                          ([], "--predictions needs --question_id")]:
+        assert run_cli(trace.main, argv=["--predictions", str(run / "predictions.jsonl"), *argv,
+                                         "--output_file", str(tmp_path / "u.html")]) == 2
+        err = capsys.readouterr().err
+        assert err.splitlines()[-1].startswith(f"error: {message}") and not (tmp_path / "u.html").exists()
+
+
+def test_trace_checks_the_index_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    from inference.commands import trace
+
+    monkeypatch.setattr(trace, "load_causal_lm", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
+    run = _run(tmp_path / "run", [_rec("q1", "Osk.")], {"method": "dragin", "index": None})
+    assert run_cli(trace.main, argv=["--index", str(run), "--output_file", str(tmp_path / "t.html")]) == 2
+    assert "is a run folder" in capsys.readouterr().err
+
+
+def test_the_sweeps_finished_check_reports_a_torn_line_without_cutting_it(tmp_path, capsys):
+    from inference.commands import sweep
+
+    run = _run(tmp_path / "point", [_rec("q1", "Osk."), _rec("q2", "Osk.")], {"method": "dragin"}, torn=True)
+    before = (run / "predictions.jsonl").read_bytes()
+    assert sweep._done_ids(run) == {"q1", "q2"}
+    assert "1 torn last line left out (predictions.jsonl (25 bytes))" in capsys.readouterr().err
+    assert (run / "predictions.jsonl").read_bytes() == before  # evaluate cuts it when it resumes the folder
+
+
+# --- a streamed BM25 build that meets a repeated id ------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["jsonl", "tsv"])
+def test_a_repeated_passage_id_names_its_lines(kind, tmp_path, capsys):
+    from retrieval_adapt import build_index
+
+    rows = [("a", "alpha"), ("b", "beta"), ("c", "gamma"), ("a", "delta")]
+    corpus = tmp_path / f"corpus.{kind}"
+    if kind == "jsonl":  # a blank line counts as a line
+        lines = [json.dumps({"id": i, "title": "T", "text": t}) for i, t in rows]
+        corpus.write_text("\n".join(lines[:2] + [""] + lines[2:]) + "\n")
+        expected = "(on lines 1 and 5)"
+    else:  # the header is line 1
+        corpus.write_text("id\ttext\ttitle\n" + "".join(f"{i}\t{t}\tT\n" for i, t in rows))
+        expected = "(on lines 2 and 5)"
+    out = tmp_path / "index"
+    assert run_cli(build_index.main, argv=["--corpus", str(corpus), "--output_dir", str(out),
+                                           "--chunk_size", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"passage id 'a' appears more than once {expected}" in err and err.startswith("error: ")
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == [corpus.name]

@@ -163,15 +163,18 @@ def test_finished_points_are_skipped(tmp_path):
     assert len(calls) == 8
 
 
-def test_done_ids_read_the_predictions_through_the_record_log(tmp_path):
-    """The sweep counts a point's finished questions with the evaluation's own reader: a torn last line (a kill
-    mid-write) is not a finished question and is cut, as the evaluation that resumes the folder would cut it."""
+def test_done_ids_read_the_predictions_through_the_record_log(tmp_path, capsys):
+    """The sweep counts a point's finished questions as every reader of a run folder does: a torn last line (a kill
+    mid-write) is not a finished question, is said on stderr and left for the evaluation that resumes the folder
+    (under its lock) to cut: the check runs before the lock, while another process may still be writing."""
     whole = prediction_line("q0") + prediction_line("q1")
     torn = prediction_line("q2").replace('"output": "a"', '"output": "Zürich"').encode()
-    (tmp_path / "predictions.jsonl").write_bytes(whole.encode() + torn[:torn.index("ü".encode()) + 1])
+    body = whole.encode() + torn[:torn.index("ü".encode()) + 1]
+    (tmp_path / "predictions.jsonl").write_bytes(body)
     (tmp_path / "predictions.rank1.jsonl").write_text(prediction_line("q3"))
     assert sweep._done_ids(tmp_path) == {"q0", "q1", "q3"}
-    assert (tmp_path / "predictions.jsonl").read_text() == whole
+    assert (tmp_path / "predictions.jsonl").read_bytes() == body
+    assert "1 torn last line left out" in capsys.readouterr().err
 
 
 def test_is_finished_ignores_scheduling_settings(tmp_path):

@@ -36,12 +36,12 @@ from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.question_set import QuestionSet
 from data_builders.question_loader import WorldOptions, load_questions
 from inference.commands import evaluate as evaluation
-from inference.commands.eval_folder import read_done
+from inference.commands.eval_folder import read_predictions
 from inference.commands.knobs import knob_applies
 from inference.commands.report import write_summary
 
 # Settings that do not change a finished folder's results.
-NOT_RESULTS = frozenset({"output_dir", "show_progress", "chunk_size", "device"})
+NOT_RESULTS = frozenset({"output_dir", "show_progress", "chunk_size", "device", "batch_size", "memory_budget_gb"})
 
 
 @dataclass
@@ -180,7 +180,9 @@ MARKER = "sweep_point.json"  # what the sweep asked of a folder whose evaluation
 
 
 def _done_ids(folder: Path) -> set[str]:
-    return set(read_done(folder))  # a torn last line is cut: that question is not done
+    """Questions with a whole record; a torn last line is left out and said on stderr (as every reader of a run
+    folder does), the file left to evaluate, which cuts it when it resumes the folder."""
+    return {r.id for r in read_predictions(folder)[0]}
 
 
 def _settings(values: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,6 @@ The third form renders a record saved by ``inference.commands.evaluate`` run wit
 from __future__ import annotations
 
 import html
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +21,11 @@ from adaptive_rag.lm.models import load_causal_lm
 from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config
 from adaptive_rag.plumbing.errors import ConfigError
+from adaptive_rag.plumbing.record_log import RecordLog
 from adaptive_rag.plumbing.records import PredictionRecord, QAExample
+from inference.commands.eval_checks import check_index_folder
 from inference.commands.eval_data import load_eval_retriever, question_at
+from inference.commands.eval_folder import torn_note
 from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
 from inference.dynamic_rag.methods import MethodConfig
 from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
@@ -87,23 +89,40 @@ def render(record: PredictionRecord) -> str:
 def trace_record(cfg: TraceConfig, method: MethodConfig, prompt: PromptConfig,
                  engine: EngineConfig) -> PredictionRecord:
     if cfg.predictions:
-        for line in Path(cfg.predictions).read_text(encoding="utf-8").splitlines():
-            rec = json.loads(line)
-            if rec["id"] == cfg.question_id:
-                record = PredictionRecord.from_dict(rec, source=cfg.predictions)
-                if not record.signals:
-                    raise ConfigError("this record has no signals: evaluate with --keep_signals true")
-                return record
-        raise ConfigError(f"question id {cfg.question_id} not in {cfg.predictions}")
+        return saved_record(Path(cfg.predictions), cfg.question_id)
     if cfg.question:
         example = QAExample("trace", cfg.question, ["?"])
     else:
         example = question_at(cfg.dataset, cfg.question_index)  # out of range: one line, before the model
+    if cfg.index:
+        check_index_folder(cfg.index)  # a run folder, a missing index: one line before the model loads
     model, tokenizer = load_causal_lm(cfg.model)
     retriever = load_eval_retriever(cfg.index, cfg.dataset)
     engine.keep_signals = True
     eng = DynamicRAGEngine(model, tokenizer, retriever, PromptBuilder(tokenizer, prompt), method, engine)
     return eng.run([example], show_progress=False)[0]
+
+
+def saved_record(predictions: Path, question_id: str | None) -> PredictionRecord:
+    """Question ``question_id``'s record in a predictions file (or a run folder's predictions.jsonl), read as the
+    other readers of a run read it: a torn last line is left out and said on stderr, the file untouched."""
+    path = predictions / "predictions.jsonl" if predictions.is_dir() else predictions
+    if not path.is_file():
+        raise ConfigError(f"--predictions {predictions}: no such file" + (" (a folder without predictions.jsonl)"
+                                                                          if predictions.is_dir() else ""))
+    if question_id is None:
+        raise ConfigError("--predictions needs --question_id (the id of the record to render)")
+    log = RecordLog(path, key="id")
+    records = log.read(repair=False)
+    if log.torn_bytes:
+        print(f"note: {torn_note(path.parent, {path.name: log.torn_bytes}, len(records))}", file=sys.stderr)
+    for n, rec in enumerate(records, 1):
+        if rec["id"] == question_id:
+            record = PredictionRecord.from_dict(rec, source=f"{path}, record {n}")
+            if not record.signals:
+                raise ConfigError(f"record {question_id} of {path} has no signals: evaluate with --keep_signals true")
+            return record
+    raise ConfigError(f"question id {question_id} not in {path} ({len(records)} records)")
 
 
 def main(argv: list[str] | None = None) -> None:
