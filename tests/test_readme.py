@@ -125,7 +125,7 @@ def test_readme_builds_every_index_its_commands_read():
 def test_readme_builds_every_corpus_its_index_commands_read():
     for name, text in GUIDE.items():
         corpora = set(re.findall(r"build_index\b[^\n]*--corpus\s+(runs/\S+)", text))
-        written = set(re.findall(r"data_builders\.corpus\b[^\n]*-o\s+(\S+)", text))
+        written = set(re.findall(r"data_builders\.corpus\b[^\n]*(?:--output_file|--output|-o)\s+(\S+)", text))
         assert not sorted(corpora - written), f"{name} indexes a corpus that no command of the page pools"
     assert re.search(r"build_index\b[^\n]*--corpus\s+runs/", README)
 

@@ -13,9 +13,9 @@ from adaptive_rag.plumbing.cli import run_cli
 # (module with main(argv), its arguments; OUT is the output folder, IDX an index folder that does not exist)
 CASES = [
     ("training.distill_set", ["--dataset", "MISSING.jsonl", "--out", "OUT"], r"dataset 'MISSING.jsonl'"),
-    ("training.distill_set", ["--index_dir", "IDX", "--out", "OUT"], r"--index_dir .*IDX: no such folder"),
+    ("training.distill_set", ["--index_dir", "IDX", "--out", "OUT"], r"--index .*IDX: no such folder"),
     ("training.evaluate_adapted", ["--dataset", "MISSING.jsonl", "--out", "OUT"], r"dataset 'MISSING.jsonl'"),
-    ("training.evaluate_adapted", ["--index_dir", "IDX", "--out", "OUT"], r"--index_dir .*IDX: no such"),
+    ("training.evaluate_adapted", ["--index_dir", "IDX", "--out", "OUT"], r"--index .*IDX: no such"),
     ("training.distill_retriever", ["--data_dir", "NODATA", "--output_dir", "OUT"], r"NODATA: no dataset/"),
     ("retrieval_adapt.build_index", ["--corpus", "MISSING.jsonl", "--kind", "bm25", "--out", "OUT"], r"MISSING.jsonl"),
     ("data_builders.adapt_llm", ["--dataset", "MISSING.jsonl", "--data_dir", "OUT"], r"dataset 'MISSING.jsonl'"),
@@ -43,5 +43,5 @@ def test_a_bad_generator_is_named_before_the_builder_writes(tmp_path, monkeypatc
     module = importlib.import_module("training.distill_set")
     argv = ["--index_dir", str(tmp_path / "idx"), "--generator", "./no-model", "--out", str(tmp_path / "OUT")]
     assert run_cli(module.main, argv=argv) == 2
-    assert "--generator ./no-model: no such model folder" in capsys.readouterr().err
+    assert "--model ./no-model: no such model folder" in capsys.readouterr().err
     assert not (tmp_path / "OUT").exists()
