@@ -196,6 +196,16 @@ def test_a_field_given_twice_in_yaml_is_one_line(tmp_path):
         parse_config((IndexConfig,), [str(recipe)])
 
 
+def test_a_config_yaml_written_before_the_rename_reads_under_the_new_names():
+    """The knowing model's build compares a folder's saved config.yaml with the command's settings to resume it."""
+    from adaptive_rag.plumbing.config import rename_aliases
+    from training.knowing_steps import KnowingConfig
+
+    saved = {"out": "runs/knowing/seed0", "seed": 0, "epochs": 3.0, "lora_r": 16}
+    assert rename_aliases((KnowingConfig,), saved) == {"output_dir": "runs/knowing/seed0", "seed": 0,
+                                                       "num_train_epochs": 3.0, "lora_r": 16}
+
+
 def test_help_names_the_old_spelling_once(capsys):
     from training.evaluate_adapted import EvaluateAdaptedConfig
 
