@@ -32,6 +32,10 @@ def program_types(program: str) -> tuple[type, ...]:
         from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig
 
         return BaseModelConfig, AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig
+    if program in ("training/grpo.py", "training.grpo"):
+        from training.grpo import CONFIG_TYPES
+
+        return CONFIG_TYPES
     if program == "training.distill_set":
         from data_builders.question_loader import QuestionsConfig
         from training.distill_set import RetrievalAdaptDataConfig

@@ -11,11 +11,13 @@ ROOT = Path(__file__).resolve().parents[1]
 README_PATH = ROOT / "README.md"
 # a relative path with at least one slash (globs allowed), inside code spans and fenced blocks
 PATH = re.compile(r"(?<![\w./~-])((?:[\w.*-]+/)+[\w.*-]*)")
-OUTPUT_FLAGS = re.compile(r"(?:--out|--output_dir|--data_dir|-o|--output|--json)[\s=]+([\w./-]+)")
+# the flags (and YAML keys) that name what a command writes, old spellings included
+OUTPUT = r"--out|--output_dir|--output_file|--data_dir|-o|--output|--json"
+OUTPUT_FLAGS = re.compile(rf"(?:{OUTPUT})[\s=]+([\w./-]+)")
 YAML_OUTPUTS = re.compile(r"^(?:out|output_dir|data_dir):\s*([\w./-]+)", flags=re.M)
 # what `training/adapt_llm.py` runs without arguments (its DEMO_CONFIG)
 DEFAULT_YAML = {"training/adapt_llm.py": "training/configs/adapt_llm_demo_cpu.yaml"}
-DOWNLOAD = re.compile(r"data_builders\.download ((?:[\w-]+ )+)--out (\S+)")
+DOWNLOAD = re.compile(r"data_builders\.download ((?:[\w-]+ )+)--out(?:put_dir)? (\S+)")
 
 
 def _code(text: str) -> list[tuple[int, str]]:
@@ -32,8 +34,7 @@ def readme_paths(text: str) -> list[tuple[int, str]]:
     for pos, code in _code(text):
         for m in PATH.finditer(code):
             path = m.group(1).rstrip(".")
-            target = re.search(r"(?:--out|--output_dir|--data_dir|-o|--output|--json|output_dir:|out:)[\s=]+$",
-                               code[:m.start()])
+            target = re.search(rf"(?:{OUTPUT}|output_dir:|out:)[\s=]+$", code[:m.start()])
             if path.split("/")[0] in top and "..." not in path and not target:  # a target is built right there
                 found.append((pos + m.start(), path))
     return found
