@@ -10,8 +10,6 @@ from readme_commands import DOCS, ROOT, all_shown, check, resolve, shown_command
 # Commands that only run after the example code beside them is added (the "Adding a trigger" example registers
 # low_margin and its --margin knob; tests/test_plugins.py runs that example on the engine).
 NEEDS_THE_EXAMPLE = ("--trigger low_margin",)
-# Commands another change is adding: reported as missing until the module lands.
-COMING = {"training.grpo"}
 
 
 def _cases():
@@ -21,8 +19,6 @@ def _cases():
 @pytest.mark.parametrize("shown", _cases(), ids=str)
 def test_every_command_the_docs_show_runs_a_program_that_accepts_its_flags(shown):
     problems = check(shown)
-    if problems and resolve(shown.words).name in COMING:
-        pytest.xfail(f"not merged yet: {problems}")
     assert problems == [], f"{shown}: {'; '.join(problems)}"
 
 
