@@ -215,3 +215,19 @@ def test_lambda_sweep_commands_and_figure(tmp_path):
     sweep.plot(rows, tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 1000
     assert sweep.main(["r.yaml", "--lambdas", "-1", "--output_dir", str(tmp_path)]) == 2
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--index", "/nonexistent/index"], "error: --index /nonexistent/index: no such index folder"),
+    (["--init_adapter", "/nonexistent/adapter"], "error: --init_adapter /nonexistent/adapter: not an adapter folder"),
+    (["--lambda", "0.1"], "error: "),
+    (["--num_generations", "1"], "error: num_generations must be >= 2"),
+    (["--dataset", "world-three-hop"], "error: "),
+])
+def test_mistakes_end_in_one_line_before_a_model_loads(argv, message, capsys):
+    from adaptive_rag.plumbing.cli import run_cli
+    from training.grpo import main
+
+    assert run_cli(main, argv=argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(message) and "\n" not in err and "Traceback" not in err
