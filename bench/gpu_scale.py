@@ -17,7 +17,9 @@ A real run adds retrieval rounds (the authors' code averaged about 1.2 per Hotpo
 The model: Llama-2-7B's layout (4,096 wide, 32 layers, 32 heads without grouping, MLP 11,008, untied LM head) with
 SmolLM2's tokenizer, so the vocabulary is 49,152 rows instead of 32,000 (1% more weights).
 Each batch size runs the same questions after one untimed warm-up (kernels' first calls); batch 1 runs the first
-``--questions_at_batch_1`` of them (one question at a time is slow on a 7B model).
+``--questions_at_batch_1`` of them (one question at a time is slow on a 7B model). ``auto`` among the batch sizes
+(``--batch_sizes 1,16,64,auto``) runs the batch the engine plans from the free memory
+(inference/dynamic_rag/batch_plan.py) and prints the plan's estimate beside the peak measured at that batch.
 
 ``ratio``: seconds per question at batch 1 ÷ at the largest batch, both measured in this run. ``published_ratio``:
 7.73 ÷ seconds per question at the largest batch (a published figure, not measured here).
@@ -80,7 +82,7 @@ def random_model(shape: str, tokenizer, device: torch.device, dtype: torch.dtype
 def run_batch(model, tokenizer, retriever, prompts, method, examples, batch: int, new_tokens: int) -> dict:
     engine = DynamicRAGEngine(model, tokenizer, retriever, prompts, method,
                               EngineConfig(batch_size=batch, max_new_tokens=new_tokens))
-    engine.run(examples[:min(batch, 2)], show_progress=False)  # warm-up: the kernels' first calls
+    engine.run(examples[:min(engine.batch_size, 2)], show_progress=False)  # warm-up: the kernels' first calls
     sync(model)
     start = time.perf_counter()
     records = engine.run(examples, show_progress=False)
@@ -89,7 +91,7 @@ def run_batch(model, tokenizer, retriever, prompts, method, examples, batch: int
     tokens = [r.generated_tokens for r in records]
     return {"questions": len(examples), "seconds": seconds, "seconds_per_q": seconds / len(examples),
             "tokens_per_q": sum(tokens) / len(tokens), "short_answers": sum(t < new_tokens for t in tokens),
-            "retrievals": sum(len(r.retrievals) for r in records)}
+            "retrievals": sum(len(r.retrievals) for r in records), "plan": engine.batch.record()}
 
 
 def sync(model) -> None:
@@ -103,18 +105,21 @@ def main() -> None:
     parser.add_argument("--shape", default="llama-2-7b", choices=sorted(SHAPES))
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    parser.add_argument("--batch_sizes", "--batch-sizes", default="1,16,64", help="comma-separated")
+    parser.add_argument("--batch_sizes", "--batch-sizes", default="1,16,64",
+                        help="comma-separated; auto: the batch the engine plans from the free memory")
     parser.add_argument("--questions", type=int, default=64, help="questions at every batch size but 1")
     parser.add_argument("--questions_at_batch_1", "--questions-at-batch-1", type=int, default=8)
     parser.add_argument("--max_new_tokens", "--max-new-tokens", type=int, default=100)
     harness.add_threads_arg(parser)
     harness.add_json_arg(parser)
     args = parser.parse_args()
+    sizes = args.batch_sizes.split(",")
     try:
-        batches = sorted({int(b) for b in args.batch_sizes.split(",")})
+        batches = sorted({int(b) for b in sizes if b != "auto"}) + ["auto"] * ("auto" in sizes)
     except ValueError:
-        parser.error(f"--batch_sizes must be integers separated by commas, got '{args.batch_sizes}'")
-    if batches[0] < 1 or min(args.questions, args.questions_at_batch_1, args.max_new_tokens) < 1:
+        parser.error(f"--batch_sizes must be integers or auto separated by commas, got '{args.batch_sizes}'")
+    if (batches[0] != "auto" and batches[0] < 1) or min(args.questions, args.questions_at_batch_1,
+                                                         args.max_new_tokens) < 1:
         parser.error("batch sizes, question counts and --max_new_tokens must be positive")
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -139,12 +144,20 @@ def main() -> None:
     for batch in batches:
         subset = examples[:args.questions_at_batch_1] if batch == 1 else examples
         fig = run_batch(model, tokenizer, retriever, prompts, method, subset, batch, args.max_new_tokens)
+        plan = fig.pop("plan")
         if device.type == "cuda":
             fig["peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
             torch.cuda.reset_peak_memory_stats(device)
         results.update({f"batch_{batch}_{k}": v for k, v in fig.items()})
-        rows.append([batch, fig["questions"], fig["seconds"], fig["seconds_per_q"], fig["tokens_per_q"],
-                     PUBLISHED_SECONDS / fig["seconds_per_q"]])
+        if batch == "auto":  # the plan's choice, and its estimate beside the peak measured at that batch
+            halvings = plan.pop("halvings", [])  # after an out-of-memory error; the figures stay flat
+            results.update({**{f"auto_{k}": v for k, v in plan.items()}, "auto_halvings": len(halvings)})
+            print(f"  auto: batch {plan['batch_size']} ({plan['chosen_by']}, estimated "
+                  f"{plan.get('row_gib', 0) * plan['batch_size']:.2f} GiB at that batch"
+                  + (f"; measured peak {fig['peak_gib']:.2f} GiB, weights included" if "peak_gib" in fig else "")
+                  + ")", flush=True)
+        rows.append([f"{batch} ({plan['batch_size']})" if batch == "auto" else batch, fig["questions"], fig["seconds"],
+                     fig["seconds_per_q"], fig["tokens_per_q"], PUBLISHED_SECONDS / fig["seconds_per_q"]])
         print(f"  batch {batch}: {fig['seconds_per_q']:.3f} s per question", flush=True)
     largest = results[f"batch_{batches[-1]}_seconds_per_q"]
     results["published_ratio"] = PUBLISHED_SECONDS / largest
