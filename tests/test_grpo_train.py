@@ -131,3 +131,22 @@ def test_search_training_takes_the_loss_on_the_policys_tokens_only(setup, tmp_pa
     assert row["retrieval_share"] == 1.0 and row["rewards/format/mean"] == pytest.approx(0.1)
     # trl's reward is the three terms' sum: correct - λ 0.1 x one search + 0.1 for the kept format
     assert row["reward"] == pytest.approx(row["rewards/correct/mean"] - 0.1 + 0.1)
+
+
+def test_full_fine_tuning_leaves_a_whole_model_the_gate_loads(setup, tmp_path):
+    out = tmp_path / "full"
+    main([str(setup / "recipe.yaml"), "--output_dir", str(out), "--max_steps", "1", "--finetune", "full"])
+    assert (out / "model.safetensors").is_file() and not (out / "adapter_config.json").exists()
+    model, tokenizer = load_causal_lm(str(out))
+    assert "<RET>" in tokenizer.get_vocab() and model.get_input_embeddings().weight.shape[0] == len(tokenizer)
+
+
+def test_plain_text_ret_is_marked_for_the_gate(setup, tmp_path):
+    from inference.adapt_gate.ret_token import ret_signal
+    from training.grpo_model import finish_folder
+
+    tokenizer = load_tokenizer(str(setup / "model"))
+    finish_folder(tmp_path, tokenizer, GrpoTaskConfig(ret_token="text"), str(setup / "model"), lora=True)
+    signal = ret_signal(load_tokenizer(str(tmp_path)), "auto")
+    assert signal is not None and signal.mode == "text"
+    assert json.loads((tmp_path / "adaptive_rag.json").read_text())["base_model"] == str(setup / "model")
