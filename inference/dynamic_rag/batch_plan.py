@@ -31,8 +31,8 @@ from typing import Any
 import torch
 
 AUTO = "auto"
-# the auto batch's ceiling: CPU throughput stops rising near 16 rows (the old fixed default, measured in
-# bench/dynamic_rag.py); a GPU's largest measured batch is 64 (bench/gpu_scale.py)
+# the auto batch's ceiling: on a CPU the fixed default before the plan existed; on a GPU the largest batch
+# bench/gpu_scale.py measures by default
 AUTO_CAP = {"cuda": 64, "cpu": 16}
 DEFAULT_CAP = 16
 CUDA_USABLE = 0.9  # of the free memory: the allocator's fragmentation and kernels' workspaces take the rest
