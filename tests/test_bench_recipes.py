@@ -80,7 +80,8 @@ def test_adapt_ret_token_runs_both_arms_tiny_and_reads_them_back(tiny_lm, tmp_pa
     job = (f"--base_model {tiny_lm} --limit 6 --closed_book_max_new_tokens 2 --max_steps 1 --micro_batch_size 4 "
            "--effective_batch_size 4 --save_steps 1 --logging_steps 1 --eval_limit 3 --eval_max_new_tokens 2")
     out, report = tmp_path / "arms", tmp_path / "bench.json"
-    _run_bench(bench, monkeypatch, ["--out", str(out), "--job-args", job, "--resamples", "50", "--json", str(report)])
+    argv = ["--output_dir", str(out), "--job_args", job, "--resamples", "50", "--json", str(report)]
+    _run_bench(bench, monkeypatch, argv)
     printed = capsys.readouterr().out
     assert "ADAPT-LLM acc" in printed and "text - special, paired" in printed
     figures = json.loads(report.read_text())
@@ -89,7 +90,7 @@ def test_adapt_ret_token_runs_both_arms_tiny_and_reads_them_back(tiny_lm, tmp_pa
     assert figures["text_wall_s"] > 0
     assert json.loads((out / "text" / "model" / "ret_token.json").read_text())["ret_token"] == "text"
 
-    _run_bench(bench, monkeypatch, ["--out", str(out), "--job-args", job, "--resamples", "50", "--json", str(report)])
+    _run_bench(bench, monkeypatch, argv)
     assert capsys.readouterr().out.count("read as is") == 2  # a finished evaluation is read, not trained again
     assert json.loads(report.read_text())["difference"] == figures["difference"]
 
@@ -114,12 +115,12 @@ def test_distill_candidates_runs_two_arms_tiny(tiny_lm, tiny_world_index, tmp_pa
     bench = bench_module("distill_candidates")
     report = tmp_path / "bench.json"
     _run_bench(bench, monkeypatch, [
-        "--index", str(tiny_world_index), "--out", str(tmp_path / "arms"), "--arms", "y1q+eq3", "q16+softmax",
-        "--earlier-candidates", "4", "--resamples", "50", "--json", str(report),
-        "--data-args", f"--limit 4 --top_k 2 --max_new_tokens 2 --generator {tiny_lm} --reranker_model {tiny_lm} "
+        "--index", str(tiny_world_index), "--output_dir", str(tmp_path / "arms"), "--arms", "y1q+eq3", "q16+softmax",
+        "--earlier_candidates", "4", "--resamples", "50", "--json", str(report),
+        "--data_args", f"--limit 4 --top_k 2 --max_new_tokens 2 --model {tiny_lm} --reranker_model {tiny_lm} "
                        "--validation_fraction 0.25 --no_show_progress",
-        "--distill-args", "--max_steps 2 --batch_size 2 --eval_steps 1 --logging_steps 1",
-        "--eval-args", "--start 4 --limit 4"])
+        "--distill_args", "--max_steps 2 --batch_size 2 --eval_steps 1 --logging_steps 1",
+        "--eval_args", "--start 4 --limit 4"])
     printed = capsys.readouterr().out
     assert "difference (recall@5, y1q+eq3 - q16+softmax, paired)" in printed
     figures = json.loads(report.read_text())
