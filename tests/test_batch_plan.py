@@ -202,3 +202,43 @@ def test_metrics_record_the_batch(tmp_path, smol_tokenizer, monkeypatch):
     metrics = ev.evaluate(cfg, MethodConfig(method="fl-rag"), PromptConfig(), EngineConfig(batch_size=3,
                                                                                            max_new_tokens=4))
     assert metrics["n"] == 3 and metrics["batching"] == {"batch_size": 3, "chosen_by": "batch_size"}
+
+
+def test_out_of_memory_while_forcing_answers_reruns_those_questions(smol_tokenizer):
+    """answer_extraction dragin forces an answer after " So the answer is" in a second pass; an error there reruns
+    the questions whose forced answer is not written yet, from their start, and keeps the others."""
+    def engine(batch_size):
+        method = MethodConfig(method="fl-rag", top_k=1, fixed_length=4, fixed_question_first=True,
+                              answer_extraction="dragin")
+        return DynamicRAGEngine(tiny_llama(len(smol_tokenizer)), smol_tokenizer, QueryKeyedRetriever(),
+                                PromptBuilder(smol_tokenizer, PromptConfig(prompt_style="paper", num_demos=1)), method,
+                                EngineConfig(batch_size=batch_size, max_new_tokens=10))
+
+    expected = _answers(engine(1).run(QUESTIONS, show_progress=False))
+    failing = engine(4)
+    seen = {}
+    answer, step = failing._answer, failing.decoder.step
+    failing._answer = lambda states, bar: (seen.update(states=states), answer(states, bar))[1]
+
+    def step_while_forcing():
+        forced = [st for st in seen["states"] if st.regenerating]
+        if forced and failing.batch_size == 4 and any(st.output is not None for st in forced):
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return step()
+
+    failing.decoder.step = step_while_forcing
+    records = failing.run(QUESTIONS, show_progress=False)
+    assert _answers(records) == expected and failing.batch.halvings[0]["from"] == 4
+
+
+def test_iter_retgen_takes_the_planned_batch(smol_tokenizer):
+    model, method = tiny_llama(len(smol_tokenizer)), MethodConfig(method="iter-retgen", top_k=1, iterations=1)
+    run = ev.iter_retgen_runner(model, smol_tokenizer, QueryKeyedRetriever(), method, PromptConfig(),
+                                EngineConfig(max_new_tokens=4, memory_budget_gb=1e-6))
+    assert (run.batch_plan.size, run.batch_plan.chosen_by) == (1, "memory_budget_gb 1e-06")
+    assert len(run(QUESTIONS[:2])) == 2
+    fixed = ev.iter_retgen_runner(model, smol_tokenizer, QueryKeyedRetriever(), method, PromptConfig(),
+                                  EngineConfig(batch_size=3))
+    assert fixed.batch_plan.record() == {"batch_size": 3, "chosen_by": "batch_size"}
+    # a model whose config gives no shape (a custom model, a test double) runs at the old fixed batch
+    assert bp.plan_generator_batch("auto", object(), prompt_tokens=10, top_k=1, new_tokens=4).size == bp.DEFAULT_CAP
