@@ -57,6 +57,7 @@ def test_task_config_refuses(kw, match):
     ({"num_generations": 1}, "num_generations must be >= 2"),
     ({"finetune": "full", "init_adapter": "x"}, "init_adapter continues a LoRA adapter"),
     ({"beta": -0.1}, "beta must be >= 0"),
+    ({"micro_batch_size": 3}, r"micro_batch_size must divide questions_per_step x num_generations \(32\)"),
 ])
 def test_train_config_refuses(kw, match):
     with pytest.raises(ValueError, match=match):

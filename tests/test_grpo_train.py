@@ -135,7 +135,9 @@ def test_search_training_takes_the_loss_on_the_policys_tokens_only(setup, tmp_pa
 
 def test_full_fine_tuning_leaves_a_whole_model_the_gate_loads(setup, tmp_path):
     out = tmp_path / "full"
-    main([str(setup / "recipe.yaml"), "--output_dir", str(out), "--max_steps", "1", "--finetune", "full"])
+    main([str(setup / "recipe.yaml"), "--output_dir", str(out), "--max_steps", "1", "--finetune", "full",
+          "--micro_batch_size", "2"])  # two passes of two completions, one optimizer step
+    assert json.loads((out / "train_results.json").read_text())["global_step"] == 1
     assert (out / "model.safetensors").is_file() and not (out / "adapter_config.json").exists()
     model, tokenizer = load_causal_lm(str(out))
     assert "<RET>" in tokenizer.get_vocab() and model.get_input_embeddings().weight.shape[0] == len(tokenizer)

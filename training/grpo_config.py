@@ -93,6 +93,8 @@ class GrpoTrainConfig:
     # GRPO (trl's GRPOConfig names where they exist)
     num_generations: int = 4  # group size G: completions per question, compared with each other
     questions_per_step: int = 8  # questions per optimizer step (each G times)
+    # completions per forward/backward pass (gradient accumulation over the step's questions x G); null: all at once
+    micro_batch_size: int | None = None
     max_steps: int = 60
     learning_rate: float = 1e-4
     ret_token_learning_rate: float | None = 1e-3  # the new <RET> row (special, LoRA); null: learning_rate
@@ -127,6 +129,10 @@ class GrpoTrainConfig:
         if self.num_generations < 2:
             raise ValueError(f"num_generations must be >= 2 (GRPO compares completions within a group), got "
                              f"{self.num_generations}")
+        completions = self.questions_per_step * self.num_generations
+        if self.micro_batch_size is not None and (self.micro_batch_size <= 0 or completions % self.micro_batch_size):
+            raise ValueError(f"micro_batch_size must divide questions_per_step x num_generations ({completions}), got "
+                             f"{self.micro_batch_size}")
         if self.beta < 0:
             raise ValueError(f"beta must be >= 0, got {self.beta}")
         if self.finetune not in ("lora", "full"):

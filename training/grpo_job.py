@@ -72,9 +72,13 @@ def prompt_dataset(questions: list):
 def grpo_args(task: GrpoTaskConfig, train: GrpoTrainConfig):
     from trl import GRPOConfig
 
+    completions = train.questions_per_step * train.num_generations
+    micro = train.micro_batch_size or completions
+    # one rollout per optimizer step, split into micro-batches: trl then needs no old log-probabilities
     return GRPOConfig(
-        output_dir=train.output_dir, per_device_train_batch_size=train.questions_per_step * train.num_generations,
-        gradient_accumulation_steps=1, num_generations=train.num_generations, max_steps=train.max_steps,
+        output_dir=train.output_dir, per_device_train_batch_size=micro,
+        gradient_accumulation_steps=completions // micro, steps_per_generation=completions // micro,
+        num_generations=train.num_generations, max_steps=train.max_steps,
         learning_rate=train.learning_rate, beta=train.beta, epsilon=train.epsilon, temperature=train.temperature,
         loss_type=train.loss_type, scale_rewards=train.scale_rewards, lr_scheduler_type="constant",
         max_completion_length=train.max_new_tokens if task.task == "gate" else
