@@ -59,7 +59,7 @@ from inference.adapt_gate.gate_eval import (
 from inference.commands import eval_data
 from inference.commands.eval_checks import check_device, check_index_folder, check_model_name, check_output_dir
 from inference.commands.eval_folder import SingleProcess, locked_output, merge_shards, read_done, read_done_everywhere
-from inference.dynamic_rag.batch_plan import AUTO, BatchPlan, plan_generator_batch
+from inference.dynamic_rag.batch_plan import BatchPlan, plan_generator_batch
 from inference.dynamic_rag.dragin_settings import DEFAULT_MAX_NEW_TOKENS, resolve_run
 from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
 from inference.dynamic_rag.methods import PRESETS, MethodConfig
@@ -215,9 +215,9 @@ def iter_retgen_runner(model, tokenizer, retriever, method: MethodConfig, prompt
                        engine: EngineConfig):
     """Iter-RetGen behind the same record type as the engine's methods (one retrieval per iteration)."""
     new_tokens = engine.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
-    # the prompt's own words (the demos too, under the paper style) and a chat template's
-    template = 0 if engine.batch_size != AUTO else len(tokenizer(build_prompt(prompt.prompt_style, "", []).user)
-                                                        .input_ids) + CHAT_TEMPLATE_TOKENS
+    def template() -> int:  # the prompt's own words (the demos too, under the paper style) and a chat template's
+        return len(tokenizer(build_prompt(prompt.prompt_style, "", []).user).input_ids) + CHAT_TEMPLATE_TOKENS
+
     batch = plan_generator_batch(engine.batch_size, model, prompt_tokens=template, top_k=method.resolved().top_k,
                                  new_tokens=new_tokens, budget_gb=engine.memory_budget_gb)
     generator = LMGenerator(model, tokenizer, max_new_tokens=new_tokens, batch_size=batch.size)

@@ -246,16 +246,18 @@ def plan_engine_batch(requested: int | str, model, tokenizer, prompts, *, head_i
                       captured_heads=0 if not capture else shape.heads if per_head else 1)
 
 
-def plan_generator_batch(requested: int | str, model, *, prompt_tokens: int, top_k: int, new_tokens: int,
-                         budget_gb: float | None = None) -> BatchPlan:
+def plan_generator_batch(requested: int | str, model, *, prompt_tokens: int | Callable[[], int], top_k: int,
+                         new_tokens: int, budget_gb: float | None = None) -> BatchPlan:
     """A plain generator's batch (Iter-RetGen's, the ADAPT-LLM gate's: no shared head): rows hold a prompt of
-    ``prompt_tokens`` template tokens, a long question, ``top_k`` passages and ``new_tokens`` of answer."""
+    ``prompt_tokens`` template tokens (or a function that counts them, called only when a plan is made), a long
+    question, ``top_k`` passages and ``new_tokens`` of answer."""
     if requested != AUTO:
         return fixed_plan(requested)
     shape = ModelShape.of(model)
     if shape is None:
         return replace(UNKNOWN_SHAPE)
-    tokens = RowTokens(head=0, own=prompt_tokens + QUESTION_TOKENS + top_k * PASSAGE_TOKENS, new=new_tokens)
+    template = prompt_tokens() if callable(prompt_tokens) else prompt_tokens
+    tokens = RowTokens(head=0, own=template + QUESTION_TOKENS + top_k * PASSAGE_TOKENS, new=new_tokens)
     return plan_batch(AUTO, shape, tokens, next(model.parameters()).device, budget_gb=budget_gb)
 
 
