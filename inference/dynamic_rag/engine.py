@@ -188,8 +188,10 @@ class DynamicRAGEngine:
                 self._answer(states, bar)
                 break
             except RuntimeError as err:  # torch.OutOfMemoryError is one
-                if not batch_plan.is_out_of_memory(err) or not self._halve_batch(states, bar):
+                if not batch_plan.is_out_of_memory(err) or self.batch.size <= 1:
                     raise
+            # out of the handler: the error's traceback, and the tensors its frames hold, are gone
+            self._halve_batch(states, bar)
         bar.close()
         per_question = (time.perf_counter() - start) / max(1, len(states))  # batch wall time shared evenly
         return [st.record(output_tokens=len(self.tokenizer.encode(st.output or "", add_special_tokens=False)),
@@ -208,19 +210,17 @@ class DynamicRAGEngine:
                 st.after_retrieval, st.output = False, None
             self._drive(again, None)
 
-    def _halve_batch(self, states: list[QuestionState], bar) -> bool:
+    def _halve_batch(self, states: list[QuestionState], bar) -> None:
         """After an out-of-memory error: answered questions stay, the others start again from scratch at half the
-        batch (a round cut short leaves nothing to resume from). False when the batch is already 1."""
+        batch (a round cut short leaves nothing to resume from)."""
         self.decoder.clear()
         batch_plan.release_memory(self.decoder.device)
         answered = sum(st.output is not None for st in states)
-        if not self.batch.halve(answered, len(states)):
-            return False
+        self.batch.halve(answered, len(states))
         self.decoder.max_batch = self.batch.size
         states[:] = [st if st.output is not None else QuestionState(st.example) for st in states]
         bar.n = answered
         bar.refresh()
-        return True
 
     def _drive(self, states: list[QuestionState], bar) -> None:
         """Decode ``states`` to the end (retrievals included); ``bar`` counts the finished questions."""
