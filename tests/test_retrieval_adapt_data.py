@@ -117,6 +117,7 @@ def test_resume_refuses_other_settings(world, tmp_path):
     qcfg, cfg = _configs(tmp_path / "d")
     build(qcfg, cfg, models=_models(world))
     build(qcfg, _configs(tmp_path / "d", rerank_batch_size=4)[1], models=_models(world))  # speed only: fine
+    build(qcfg, _configs(Path(f"{tmp_path}/../{tmp_path.name}/d"))[1], models=_models(world))  # same folder
     build(QuestionsConfig(dataset="world-two-hop", shuffle_seed=0, start=2, limit=2), cfg, models=_models(world))
     with pytest.raises(FolderInUseError, match=r"rows made with other settings \(num_candidates: 4 -> 8\)"):
         other = RetrievalAdaptDataConfig(output_dir=str(tmp_path / "d"), num_candidates=8, batch_size=2,

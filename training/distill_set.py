@@ -51,9 +51,10 @@ from retrieval_adapt.rerankers import LLMReranker, RerankItem, build_reranker
 
 logger = logging.getLogger(__name__)
 
-# Fields that change speed, not content, or only which questions run: a resumed run may change them.
+# Fields that change speed, not content, or only which questions run: a resumed run may change them. output_dir:
+# the folder itself, reached by another path (absolute, relative) or moved, holds the same rows.
 RUNTIME_FIELDS = frozenset({"gen_batch_size", "rerank_batch_size", "batch_size", "show_progress", "report_to",
-                            "start", "limit"})
+                            "start", "limit", "output_dir"})
 
 
 @dataclass
