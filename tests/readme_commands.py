@@ -53,6 +53,19 @@ def _inline(text: str) -> list[str]:
     return [" ".join(s.split()) for s in re.findall(r"`([^`]+)`", outside) if STARTS.match(" ".join(s.split()))]
 
 
+def _indented(text: str) -> list[str]:
+    """Commands in indented code blocks (four spaces, after a blank line or another such line): only lines that
+    start a command, so an indented list item in prose is never read as one."""
+    outside = re.sub(r"```\w*\n.*?```", "", text, flags=re.S)
+    found, previous = [], ""
+    for line in outside.splitlines():
+        code = line[4:] if line.startswith("    ") and (not previous.strip() or previous.startswith("    ")) else None
+        if code is not None and STARTS.match(code.strip()):
+            found.append(code.strip())
+        previous = line
+    return found
+
+
 def _split(line: str) -> list[list[str]]:
     """The commands of one shell line: its words, comments dropped, split at ``&&``, ``;`` and ``||``."""
     try:
@@ -84,7 +97,7 @@ def shown_in(text: str, name: str) -> list[Shown]:
             for var, value in variables.items():  # ARGS="..." then `cmd $ARGS`: the shell's expansion
                 line = line.replace(f"${{{var}}}", value).replace(f"${var}", value)
             found += [Shown(name, " ".join(words), words) for words in _split(line)]
-    for span in _inline(text):
+    for span in [*_inline(text), *_indented(text)]:
         found += [Shown(name, " ".join(words), words) for words in _split(span)]
     return found
 

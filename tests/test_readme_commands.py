@@ -67,5 +67,7 @@ def test_launchers_and_console_scripts_reach_the_program():
     assert resolve(["arag-evaluate", "--limit", "2"]).name == "inference.commands.evaluate"
     assert _one("```bash\narag-evaluate --method dragin --limit 2\n```\n") == []
     assert _one("```bash\narag-evaluate --method no-such-method\n```\n")[0].startswith("--method no-such-method")
+    indented = "Prose.\n\n    python -m inference.commands.evaluate --no_such 1\n\n* item\n    python -m x --y\n"
+    assert _one(indented) == ["--no_such is not an option of python -m inference.commands.evaluate"]
     flags = "```bash\nARGS=\"--limit 2 --no_such 1\"\npython -m inference.commands.evaluate $ARGS\n```\n"
     assert _one(flags) == ["--no_such is not an option of python -m inference.commands.evaluate"]
