@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import tiny_llama
 
-from adaptive_rag.plumbing.config import parse_config
+from adaptive_rag.plumbing.config import config_dict, parse_config
 from adaptive_rag.plumbing.errors import ConfigError
 from adaptive_rag.plumbing.records import Passage, QAExample
 from adaptive_rag.plumbing.retriever import Hit
@@ -90,8 +90,10 @@ def test_batch_size_from_flags_and_yaml(tmp_path):
     with pytest.raises(ConfigError, match="batch_size must be auto or a positive whole number, got '0'"):
         parse_config(types, ["--batch_size", "0"])
     recipe.write_text("batch_size: [4, 8]\n")
-    with pytest.raises(ConfigError, match="field 'batch_size' expects a single value"):
+    with pytest.raises(ConfigError, match=r"batch_size must be auto or a positive whole number, got \[4, 8\]"):
         parse_config(types, [str(recipe)])
+    with pytest.raises(ConfigError, match="argument --batch_size.*: batch_size must be auto or a positive whole"):
+        parse_config(types, ["--batch_size", "lots"])
 
 
 @pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
@@ -242,3 +244,15 @@ def test_iter_retgen_takes_the_planned_batch(smol_tokenizer):
     assert fixed.batch_plan.record() == {"batch_size": 3, "chosen_by": "batch_size"}
     # a model whose config gives no shape (a custom model, a test double) runs at the old fixed batch
     assert bp.plan_generator_batch("auto", object(), prompt_tokens=10, top_k=1, new_tokens=4).size == bp.DEFAULT_CAP
+
+
+def test_a_sweep_over_batch_sizes_is_checked_before_it_runs(tmp_path):
+    from inference.commands import sweep
+
+    types = ev.CONFIG_TYPES
+    sweep.check_grid({"batch_size": [1, "auto", "4"]}, [], types, "r.yaml")  # numbers as YAML gives them, or text
+    settings = {**config_dict(*(t() for t in types)), "output_dir": str(tmp_path)}
+    assert [p.values["batch_size"] for p in sweep.expand(settings, {"batch_size": [2, "auto"]}, types)] == [2, "auto"]
+    with pytest.raises(ConfigError, match="sweep point batch_size=0: batch_size must be auto or a positive whole"):
+        sweep.expand(settings, {"batch_size": [2, 0]}, types)  # every point is built before the first runs
+    assert not any(tmp_path.iterdir())

@@ -57,6 +57,19 @@ def parse_batch_size(value: Any) -> int | str:
     return size
 
 
+class BatchSize:
+    """A config field's type that takes ``auto`` or a positive whole number: argparse calls it on a flag's text
+    (``--batch_size 8`` gives 8), and the sweep's and the YAML checks leave its values to it."""
+
+    def __new__(cls, value: Any) -> int | str:  # type: ignore[misc]
+        try:
+            return parse_batch_size(value)
+        except ValueError as err:  # argparse prints an ArgumentTypeError's own message, in one line
+            import argparse
+
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+
 @dataclass(frozen=True)
 class ModelShape:
     layers: int

@@ -45,7 +45,7 @@ ANSWER_MARKER = re.compile(r"the answer is", re.IGNORECASE)
 class EngineConfig:
     # questions decoding together: auto (as many as the memory holds, inference/dynamic_rag/batch_plan.py) or a
     # number; an out-of-memory error halves it and the unfinished questions run again
-    batch_size: str = "auto"
+    batch_size: batch_plan.BatchSize = "auto"
     memory_budget_gb: float | None = None  # bytes the auto batch may use (None: free CUDA memory; half the free RAM)
     # answer length budget; None: the profile's (paper 100; reference the authors' config: HotpotQA 100, 2Wiki 64,
     # IIRC 128, StrategyQA 100; inference/dynamic_rag/dragin_settings.py)
