@@ -44,6 +44,6 @@ class CountingPrompts(PromptBuilder):
         super().__init__(tokenizer, cfg)
         self.doc_counts: list[int] = []
 
-    def build(self, question, docs, prior=""):
+    def build(self, question, docs, prior="", **kw):
         self.doc_counts.append(len(docs))
-        return super().build(question, docs, prior)
+        return super().build(question, docs, prior, **kw)

@@ -254,7 +254,7 @@ def test_without_their_code_one_line_names_the_command(tmp_path, monkeypatch, ca
         bench.main()
     assert exit_info.value.code == 1
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and "python -m data_builders.download dragin-code --out data/" in out[0]
+    assert len(out) == 1 and "python -m data_builders.download dragin-code --output_dir data/" in out[0]
 
 
 def test_configs_follow_their_hotpotqa_rows(tmp_path):

@@ -143,9 +143,10 @@ def test_reference_settings_come_from_one_row(model, dataset, expected):
 
 @pytest.mark.parametrize("profile", ["paper", "reference"])
 def test_bench_replay_makes_the_engines_decisions(profile, smol_tokenizer, fake_retriever):
-    # the replay reproduces the trigger and query decisions, not eval.py's forced answer or the per-round budget
+    # the replay reproduces the trigger and query decisions, not eval.py's forced answer, the per-round budget or the
+    # authors' text joins and special-token text
     method = MethodConfig(method="dragin", dragin_profile=profile, theta=0.0, max_rounds=3, answer_extraction="project",
-                          round_budget="remaining")
+                          round_budget="remaining", round_join="tokens", special_text="drop")
     record, _ = run(smol_tokenizer, method, fake_retriever, max_new_tokens=20)
     queries, fake_retriever.queries[:] = list(fake_retriever.queries), []
     prompts = PromptBuilder(smol_tokenizer, PromptConfig(prompt_style="paper", num_demos=1))

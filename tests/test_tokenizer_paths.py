@@ -71,9 +71,9 @@ class RecordingPrompts(PromptBuilder):
         super().__init__(tokenizer, cfg)
         self.priors: list[str] = []
 
-    def build(self, question, docs, prior=""):
+    def build(self, question, docs, prior="", **kw):
         self.priors.append(prior)
-        return super().build(question, docs, prior)
+        return super().build(question, docs, prior, **kw)
 
 
 def run(tokenizer, model, method: MethodConfig, *, max_new_tokens: int = 40):
@@ -131,7 +131,8 @@ def test_a_character_split_over_byte_tokens_belongs_to_the_token_that_completes_
     (MethodConfig(method="fs-rag"), 2),
     (MethodConfig(method="flare", max_rounds=10), 2),
     (MethodConfig(method="dragin", theta=1e-3), 2),
-    (MethodConfig(method="dragin", dragin_profile="reference", theta=1e-3, answer_extraction="project"), 2),
+    (MethodConfig(method="dragin", dragin_profile="reference", theta=1e-3, answer_extraction="project",
+                  round_join="tokens", special_text="drop"), 2),
 ], ids=["fl-rag", "fs-rag", "flare", "dragin", "dragin-reference"])
 def test_multi_round_methods_write_the_text_one_decode_gives(tokenizer, model, method, rounds):
     record, priors, queries = run(tokenizer, model, method)
@@ -148,7 +149,8 @@ def test_the_forced_answer_follows_the_answer_with_one_space(tokenizer, model):
     """answer_extraction dragin: an output without "the answer is" gets " So the answer is " (eval.py's trailing
     space) and 20 tokens more. The prompt ends in a lone space piece, which the script has before "1970": the model
     goes on from there."""
-    method = MethodConfig(method="dragin", dragin_profile="reference", theta=1e-3)
+    method = MethodConfig(method="dragin", dragin_profile="reference", theta=1e-3, round_join="tokens",
+                          special_text="drop")  # the authors' text: tests/test_authors_loop_text.py
     record, priors, _ = run(tokenizer, model, method)
     assert priors[-1] == SCRIPT + " So the answer is "
     assert record.output == f"{SCRIPT.strip()} So the answer is 1970. Its port opened!"

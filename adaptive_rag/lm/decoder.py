@@ -110,6 +110,9 @@ class BatchDecoder:
         if tokenizer.eos_token_id is not None:
             stops.add(tokenizer.eos_token_id)
         self.stop_token_ids = stops
+        # keep the stop token that ends a sequence in gen_ids (with its probability, entropy and attention row), as a
+        # generate() call returns it: DRAGIN's reference code decodes it into the round's text
+        self.keep_stop_token = False
         self.seqs: list[Sequence] = []
         self.cache: DynamicCache | None = None  # the running batch's (adaptive_rag.lm.batch_cache)
         self.mask: torch.Tensor | None = None  # (B, L) 1 = real token
@@ -228,13 +231,15 @@ class BatchDecoder:
         return _entropy_and_choice(logits) if logp is None else _choice_from_logp(logp)
 
     def _record_choice(self, seq: Sequence, token: int, prob: float, entropy: float) -> None:
-        if token in self.stop_token_ids:
+        stop = token in self.stop_token_ids
+        if stop and not self.keep_stop_token:
             seq.done, seq.hit_eos = True, True
             return
         seq.gen_ids.append(token)
         seq.probs.append(prob)
         seq.entropies.append(entropy)
-        if len(seq.gen_ids) >= seq.max_new_tokens:
+        seq.hit_eos = stop
+        if stop or len(seq.gen_ids) >= seq.max_new_tokens:
             if self.buffer is None:  # no attention row to collect: the extra feed would be wasted
                 seq.done = True
             else:

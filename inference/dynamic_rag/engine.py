@@ -31,7 +31,7 @@ from inference.dynamic_rag import batch_plan
 from inference.dynamic_rag.authors_pass import QfsPass, authors_token_attention, last_layer_attention, qfs_pass_ids
 from inference.dynamic_rag.dragin_settings import DEFAULT_MAX_NEW_TOKENS
 from inference.dynamic_rag.methods import MethodConfig
-from inference.dynamic_rag.prompts import PromptBuilder
+from inference.dynamic_rag.prompts import AUTHORS_LOOPS, PromptBuilder
 from inference.dynamic_rag.queries import form_query
 from inference.dynamic_rag.queries.qfs import qfs_text_end
 from inference.dynamic_rag.round_view import Event, RoundView
@@ -76,6 +76,10 @@ class QuestionState:
     # fuse the rounds on SentencePiece tokenizers, whose decoder drops a chunk's leading space ("founded.The")
     kept_ids: list[int] = field(default_factory=list)
     prior_base: str = ""  # text before the kept tokens: the forced answer's "... So the answer is"
+    # round_join authors: their loop's `text` (the answer at the start of an iteration), and the text kept before a
+    # triggering sentence while the sentence written with the documents is pending (their `ptext`)
+    loop_text: str = ""
+    ptext: str = ""
     docs: list[Passage] = field(default_factory=list)
     retrievals: list[RetrievalRecord] = field(default_factory=list)
     forward_passes: int = 0
@@ -114,7 +118,12 @@ class DynamicRAGEngine:
         if method.retrieves and retriever is None:
             raise ValueError(f"method '{method.method}' retrieves but no retriever was given")
         self.method = method = method.resolved(getattr(prompts.cfg, "demos", None))
-        self.text = TokenText(tokenizer)
+        self.text = TokenText(tokenizer, keep_special=method.special_text == "keep")
+        self._loop = AUTHORS_LOOPS.get(method.trigger, "attn")  # whose text joins round_join authors follows
+        self._authors_join = method.round_join == "authors"
+        # their AttnWeightRAG and TokenRAG loops go on after a round without a retrieval; their end tests stop them
+        self._loop_goes_on = self._authors_join and method.round_budget == "per_round" and self._loop in (
+            "attn", "token")
         self.rules = text_rules(method.text_rules)  # the authors' spaCy parser under reference, when installed
         self._whole_round_docs = method.docs_scope == "next_round"  # TokenRAG: the documents' round is kept whole
         self._retrieves_after_check = method.round_budget == "per_round" and method.trigger in (
@@ -129,6 +138,7 @@ class DynamicRAGEngine:
         self.decoder = BatchDecoder(model, tokenizer, reduce=reduce,
                                     capture="attention" in needs, stop_token_ids=stop_token_ids(tokenizer),
                                     max_batch=self.batch.size, packed_linears=self.cfg.packed_linears)
+        self.decoder.keep_stop_token = method.special_text == "keep"
         if method.sampling == "checkpoint":
             self.decoder.sampler = Sampler.from_checkpoint(model, method.sampling_seed)
         if self.cfg.shared_head:
@@ -141,7 +151,8 @@ class DynamicRAGEngine:
 
     # -- prompts ------------------------------------------------------------------------------------------
     def _start_round(self, state: QuestionState) -> Sequence:
-        prompt = self.prompts.build(state.example.question, state.docs, state.prior)
+        prompt = self.prompts.build(state.example.question, state.docs, state.prior,
+                                    as_written=self._authors_join and not state.regenerating)
         ids, offsets = prompt_ids(self.tokenizer, prompt.text, offsets=True)
         eligible = qfs_eligible(offsets, prompt.question_span, prompt.prior_start)
         if state.regenerating:
@@ -254,7 +265,8 @@ class DynamicRAGEngine:
         send back to the queue the rounds that only had to write the sentence their documents were for."""
         finished, leaving = [], []
         synced = [self._sync(seq) for seq in list(self.decoder.seqs)]
-        authors = self.method.attention_pass == "authors"
+        # the authors' extra passes serve RIND and QFS; a method that reads no attention has none to redo
+        authors = self.method.attention_pass == "authors" and self.decoder.buffer is not None
         if authors:
             self._authors_pass(synced)
         events: dict[int, Event] = {}
@@ -271,13 +283,15 @@ class DynamicRAGEngine:
             st = seq.key
             view = st.view
             if st.docs_round and (final or (sentence_end and not self._whole_round_docs)):
-                self._end_docs_round(st, seq, final and not self._whole_round_docs, finished, leaving, waiting)
+                # their loops test their end after the documents' sentence too, EOS or not
+                ends = final and not self._whole_round_docs and not self._loop_goes_on
+                self._end_docs_round(st, seq, ends, finished, leaving, waiting)
                 continue
             if st.regenerating:
                 final = seq.done or stop is not None  # eval.py generates its 20 tokens to the end, then cuts
             event = events.get(id(seq))
             if event is not None:
-                self._close_round(st, seq, keep=event.keep)
+                self._close_round(st, seq, keep=event.keep, part="before_trigger")
                 if self._retrieves_after_check and self._answer_done(st):
                     # FixLengthRAG tests its loop's end before it retrieves with the text just written
                     self._keep_signals(st, view, event.keep, None, None)
@@ -287,8 +301,15 @@ class DynamicRAGEngine:
                 query = form_query(view, event, self.method, self.tokenizer)
                 self._keep_signals(st, view, event.keep, event, query)
                 st.after_retrieval = True
-                to_retrieve.append((st, query, event, self._tokens(st.prior)))
+                # the position: tokens of the answer before the retrieval (their join's spaces are not tokens of it)
+                position = self._tokens(st.prior.strip() if self._authors_join else st.prior)
+                to_retrieve.append((st, query, event, position))
                 leaving.append(seq)
+            elif final and self._loop_goes_on and not st.regenerating:
+                self._keep_signals(st, view, len(view.pieces), None, None)
+                self._close_round(st, seq, keep=len(view.pieces))
+                leaving.append(seq)
+                waiting.append(st)  # their loop's end tests (_answer_done) decide whether another round follows
             elif final:
                 self._finish(st, seq, view)
                 finished.append(seq)
@@ -347,19 +368,19 @@ class DynamicRAGEngine:
     def _end_docs_round(self, st: QuestionState, seq: Sequence, final: bool, finished, leaving, waiting) -> None:
         """The sentence the documents were retrieved for is written: keep it unchecked; go on without them."""
         if final:
-            self._finish(st, seq, st.view)
+            self._finish(st, seq, st.view, part="with_docs")
             finished.append(seq)
             return
         self._keep_signals(st, st.view, len(st.view.pieces), None, None)
-        self._close_round(st, seq, keep=len(st.view.pieces))
+        self._close_round(st, seq, keep=len(st.view.pieces), part="with_docs")
         st.docs, st.docs_round = [], False
         leaving.append(seq)
         waiting.append(st)
 
-    def _finish(self, st: QuestionState, seq: Sequence, view: RoundView) -> None:
+    def _finish(self, st: QuestionState, seq: Sequence, view: RoundView, part: str = "round") -> None:
         prefix = st.prior
         self._keep_signals(st, view, len(view.pieces), None, None)
-        self._close_round(st, seq, keep=len(view.pieces))
+        self._close_round(st, seq, keep=len(view.pieces), part=part)
         st.output = st.prior.strip()
         if st.regenerating:
             st.output = dragin_eval.finish_regenerated(prefix, st.prior[len(prefix):]).strip()
@@ -376,12 +397,46 @@ class DynamicRAGEngine:
             "docs": [{"id": d.id, "title": d.title} for d in st.docs],
         })
 
-    def _close_round(self, st: QuestionState, seq: Sequence, keep: int) -> None:
+    def _close_round(self, st: QuestionState, seq: Sequence, keep: int, part: str = "round") -> None:
+        """Keep the round's first ``keep`` tokens. ``part``: round (a round kept as written), before_trigger (the
+        text before the sentence that fired), with_docs (the sentence written with the documents)."""
         st.kept_ids.extend(seq.gen_ids[:keep])
-        st.prior = st.prior_base + self.text.decode(st.kept_ids)
+        if self._authors_join and not st.regenerating:
+            st.prior = self._authors_text(st, seq, keep, part)
+        else:
+            st.prior = st.prior_base + self.text.decode(st.kept_ids)
         st.forward_passes += seq.forward_passes
         st.generated_tokens += len(seq.gen_ids)
         seq.done = True
+
+    def _authors_text(self, st: QuestionState, seq: Sequence, keep: int, part: str) -> str:
+        """The answer so far as the authors' loop writes it (src/generate.py): a round joins as ``text.strip() + " " +
+        new_text.strip()``; before a retrieval their ``ptext`` (the round's sentences before the one that fired,
+        joined by one space) follows ``text`` in the prompt; the sentence written with the documents then joins the
+        three (AttnWeightRAG: the non-empty parts with one space; TokenRAG: always with one space)."""
+        if part == "before_trigger" and self._loop in ("attn", "token"):
+            st.ptext = self._sentences_before(st.view, keep)
+            if self._loop == "token":  # their prompt: case + " " + text + " " + ptext.strip()
+                return st.loop_text + " " + st.ptext
+            return " ".join(p for p in (st.loop_text, st.ptext) if p)
+        new = self.text.decode(seq.gen_ids[:keep]).strip()
+        if part == "with_docs":
+            if self._loop == "token":
+                st.loop_text = st.loop_text.strip() + " " + st.ptext + " " + new
+            else:  # their get_top_sentence: the first sentence (a round that ran to EOS may hold more)
+                spans = self.rules.split(new)
+                new = new[spans[0][0]:spans[0][1]].strip() if spans else ""
+                st.loop_text = " ".join(p for p in (st.loop_text.strip(), st.ptext, new) if p)
+            st.ptext = ""
+        else:  # FixLengthRAG keeps its round (FL) or its first sentence (FS) before retrieving with it
+            st.loop_text = st.loop_text.strip() + " " + new
+        return st.loop_text
+
+    def _sentences_before(self, view: RoundView, keep: int) -> str:
+        """Their ``" ".join(sentences[:sid])``: the round's sentences (stripped) that end before token ``keep``."""
+        text = view.text
+        cut = len("".join(view.pieces[:keep]))
+        return " ".join(text[a:b].strip() for a, b in self.rules.split(text) if a < cut and text[a:b].strip())
 
     def _retrieve(self, jobs: list[tuple[QuestionState, str, Event | None, int]]) -> list[QuestionState]:
         """One batched search for every question that fired in this step; new documents replace the old."""

@@ -106,12 +106,12 @@ PROFILES: dict[str, dict[str, object]] = {
               "rind_scope": "sentence", "docs_scope": "until_replaced", "qfs_attention": "paper",
               "fixed_question_first": False, "max_rounds": 5, "answer_extraction": "project",
               "round_budget": "remaining", "truncation": "token", "query_cut": "words",
-              "text_rules": "rules"},
+              "text_rules": "rules", "special_text": "drop", "round_join": "tokens"},
     "reference": {"rind_attention": "reference", "rind_normalisation": "reference", "content_filter": "after_threshold",
                   "rind_scope": "round", "docs_scope": "next_sentence", "qfs_attention": "reference",
                   "fixed_question_first": True, "max_rounds": 20, "answer_extraction": "dragin",
                   "round_budget": "per_round", "truncation": "sentence", "query_cut": "tokens",
-                  "text_rules": "authors"},
+                  "text_rules": "authors", "special_text": "keep", "round_join": "authors"},
 }
 
 
@@ -161,6 +161,16 @@ class SharedSettings:
     # max_new_tokens, and no new round once the answer exceeds it or holds "the answer is" (the authors' loop).
     # None: the profile's (paper: remaining, reference: per_round)
     round_budget: Literal["remaining", "per_round"] | None = None
+    # drop: a special token adds no text; keep: as the authors' code decodes a round (no skip_special_tokens), the
+    # stop token that ends it ("<|im_end|>", "</s>") and any other special token stay in its text, its words and
+    # the answer put back into the next prompt, and the stop token counts as generated. None: the profile's (paper:
+    # drop, reference: keep)
+    special_text: Literal["drop", "keep"] | None = None
+    # tokens: the answer so far is the kept tokens decoded together; authors: their loops' text (each round's text
+    # stripped and joined with one space; the text before a triggering sentence as its sentences joined by one
+    # space), and DRAGIN's and TokenRAG's loops go on after a round without a retrieval until their end tests (the
+    # length, no progress, "the answer is") stop them. None: the profile's (paper: tokens, reference: authors)
+    round_join: Literal["tokens", "authors"] | None = None
     iterations: int = 2  # Iter-RetGen's T
     # greedy; or checkpoint: sample as the model's generation_config.json says (the authors' generate calls never
     # pass do_sample=False: Llama-2 chat samples at T 0.6, top-p 0.9), seeded; entropies then of the processed scores

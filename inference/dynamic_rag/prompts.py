@@ -103,9 +103,11 @@ class PromptBuilder:
         elif self.cfg.prompt_style == "paper":
             load_demos(self.cfg.demos)
 
-    def build(self, question: str, docs: list[Passage], prior: str = "") -> Prompt:
+    def build(self, question: str, docs: list[Passage], prior: str = "", *, as_written: bool = False) -> Prompt:
+        """``as_written``: the authors' prompt takes ``prior`` as their loop's text, spaces and all (the engine's
+        ``round_join: authors``); else stripped."""
         if self.authors is not None:
-            return self._authors(question, docs, prior)
+            return self._authors(question, docs, prior, as_written)
         head = self._paper(question, docs) if self.cfg.prompt_style == "paper" else self._chat(question, docs)
         start = head.rfind(question)
         return Prompt(text=head + prior, question_span=(start, start + len(question)), prior_start=len(head))
@@ -144,10 +146,10 @@ class PromptBuilder:
         parts.append(f"{spec['instruction']}\n\nQuestion: {question}\nAnswer:")
         return "".join(parts)
 
-    def _authors(self, question: str, docs: list[Passage], prior: str) -> Prompt:
+    def _authors(self, question: str, docs: list[Passage], prior: str, as_written: bool = False) -> Prompt:
         """DRAGIN's prompt as their loop for this method writes it (module docstring)."""
         loop = self.cfg.authors_loop or "attn"
-        case, text = self.authors.case(question), prior.strip()
+        case, text = self.authors.case(question), prior if as_written else prior.strip()
         head = self.authors_demos
         if docs:
             line = FIXED_LOOP_LINE if loop == "fixed" else CONTEXT_LINE

@@ -124,22 +124,27 @@ class TokenText:
     multi-byte character) belongs to the token that completes it; the ones before it contribute "" (a
     :class:`PieceStream` carries them across steps)."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, *, keep_special: bool = False):
         self.tokenizer = tokenizer
+        # keep_special: special tokens contribute their text ("<|im_end|>", "</s>"), as DRAGIN's reference code
+        # decodes a round (tokenizer.decode without skip_special_tokens)
+        self.keep_special = keep_special
         probe = tokenizer.convert_ids_to_tokens(continuation_ids(tokenizer, " word"))
         self.marker = probe[0][0] if probe and probe[0][0] not in "w" else ""
         self.special_ids = set(getattr(tokenizer, "all_special_ids", []) or [])
         self._cache: dict[int, str] = {}
 
     def piece(self, token_id: int) -> str:
-        """One token's text in the middle of a text ("▁The" -> " The"); "" for a special token."""
+        """One token's text in the middle of a text ("▁The" -> " The"); "" for a special token unless
+        ``keep_special``."""
         if token_id not in self._cache:
-            self._cache[token_id] = "" if token_id in self.special_ids else self.decode([token_id])
+            dropped = token_id in self.special_ids and not self.keep_special
+            self._cache[token_id] = "" if dropped else self.decode([token_id])
         return self._cache[token_id]
 
     def decode(self, ids: list[int]) -> str:
-        """``ids`` as text in the middle of a text: one decode, special tokens left out."""
-        return decode_continuation(self.tokenizer, list(ids))
+        """``ids`` as text in the middle of a text: one decode, special tokens left out unless ``keep_special``."""
+        return decode_continuation(self.tokenizer, list(ids), skip_special_tokens=not self.keep_special)
 
     def stream(self) -> PieceStream:
         return PieceStream(self)
