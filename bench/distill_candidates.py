@@ -63,6 +63,28 @@ def run(main, argv: list[str], what: str) -> dict[str, float]:
     return {"wall_s": round(time.perf_counter() - start, 1), "load_before": load_before, "load_after": load_1min()}
 
 
+def check_arguments(data_argv: dict, distill_argv: dict, eval_argv: dict, recall_k: int) -> None:
+    """Every command's arguments parsed before the first one runs: a mistake in ``--data_args`` or a ``--recall_k``
+    the evaluation does not compute ends in one line at once, not after the index and the candidates are built."""
+    from adaptive_rag.plumbing.config import parse_config
+    from adaptive_rag.plumbing.errors import user_errors
+    from data_builders.question_loader import QuestionsConfig
+    from retrieval_adapt.distill_config import DistillConfig
+    from training.distill_set import RetrievalAdaptDataConfig
+    from training.evaluate_adapted import EvaluateAdaptedConfig
+
+    planned = [((QuestionsConfig, RetrievalAdaptDataConfig), "--data_args", argv) for argv in data_argv.values()]
+    planned += [((DistillConfig,), "--distill_args", argv) for argv in distill_argv.values()]
+    planned += [((QuestionsConfig, EvaluateAdaptedConfig), "--eval_args", argv) for argv in eval_argv.values()]
+    for types, flag, argv in planned:
+        try:
+            parsed = parse_config(types, list(argv))
+        except user_errors() as err:
+            fail(f"{flag} or its config: {err}")
+        if isinstance(parsed[-1], EvaluateAdaptedConfig) and recall_k not in parsed[-1].recall_ks:
+            fail(f"--recall_k {recall_k}: the evaluation computes recall at {parsed[-1].recall_ks} (recall_ks)")
+
+
 def parse_arms(names: list[str]) -> list[str]:
     bad = [a for a in names if a not in ARMS]
     if bad:
@@ -126,27 +148,30 @@ def main() -> None:
 
     out, index = Path(args.output_dir), args.index
     pools = dict(POOLS, q16=[*POOLS["q16"][:-1], str(args.earlier_candidates)])
+    used = list(dict.fromkeys(a.split("+")[0] for a in arms))
+    data_argv = {pool: [args.data_config, "--index", index, "--output_dir", str(out / f"data_{pool}"), *pools[pool],
+                        *shlex.split(args.data_args)] for pool in used}
+    distill_argv = {arm: [args.distill_config, "--data_dir", str(out / f"data_{arm.split('+')[0]}"), "--index", index,
+                          "--output_dir", str(out / f"distill_{arm}"), *TEACHERS[arm.split("+")[1]],
+                          *shlex.split(args.distill_args)] for arm in arms}
+    eval_argv = {arm: [args.eval_config, "--index", index, "--query_encoder",
+                       str(out / f"distill_{arm}" / "query_encoder"), "--output_dir", str(out / f"eval_{arm}"),
+                       "--run_iter_retgen", "false", *shlex.split(args.eval_args)] for arm in arms}
+    check_arguments(data_argv, distill_argv, eval_argv, args.recall_k)
+
     timings: dict[str, dict] = {}
     if not (Path(index) / "embeddings.npy").is_file():
         timings["index"] = run(build_index.main, ["--corpus", "world", "--kind", "dense", "--encoder", "minilm",
                                                   "--output_dir", index], "dense index")
     stats = {}
-    for pool in dict.fromkeys(a.split("+")[0] for a in arms):
-        argv = [args.data_config, "--index", index, "--output_dir", str(out / f"data_{pool}"), *pools[pool],
-                *shlex.split(args.data_args)]
-        timings[f"data_{pool}"] = run(distill_set.main, argv, f"candidates {pool}")
+    for pool in used:
+        timings[f"data_{pool}"] = run(distill_set.main, data_argv[pool], f"candidates {pool}")
         stats[pool] = json.loads((out / f"data_{pool}" / "stats.json").read_text())
     reports, best = {}, {}
     for arm in arms:
-        pool, teacher = arm.split("+")
-        distilled = out / f"distill_{arm}"
-        argv = [args.distill_config, "--data_dir", str(out / f"data_{pool}"), "--index", index, "--output_dir",
-                str(distilled), *TEACHERS[teacher], *shlex.split(args.distill_args)]
-        timings[f"distill_{arm}"] = run(distill_retriever.main, argv, f"distill {arm}")
-        best[arm] = json.loads((distilled / "query_encoder" / "best.json").read_text())
-        argv = [args.eval_config, "--index", index, "--query_encoder", str(distilled / "query_encoder"),
-                "--output_dir", str(out / f"eval_{arm}"), "--run_iter_retgen", "false", *shlex.split(args.eval_args)]
-        timings[f"eval_{arm}"] = run(evaluate_adapted.main, argv, f"evaluate {arm}")
+        timings[f"distill_{arm}"] = run(distill_retriever.main, distill_argv[arm], f"distill {arm}")
+        best[arm] = json.loads((out / f"distill_{arm}" / "query_encoder" / "best.json").read_text())
+        timings[f"eval_{arm}"] = run(evaluate_adapted.main, eval_argv[arm], f"evaluate {arm}")
         reports[arm] = json.loads((out / f"eval_{arm}" / "report.json").read_text())
 
     first = reports[arms[0]]
@@ -155,8 +180,6 @@ def main() -> None:
         fail("the arms were evaluated on different questions: give them the same --eval_config and --eval_args")
     keys = [k for k in first["recall"]["base"] if not k.endswith("_lo") and not k.endswith("_hi")]
     head = f"recall@{args.recall_k}"
-    if head not in keys:
-        fail(f"--recall_k {args.recall_k}: the evaluation has {', '.join(keys)}")
     results: dict = {"index": index, "n_questions": len(ids), "resamples": args.resamples, "k": args.recall_k,
                      "data_args": args.data_args, "distill_args": args.distill_args, "eval_args": args.eval_args}
     rows = {"base": figures(first, "base", keys, args.resamples)}

@@ -137,3 +137,16 @@ def test_distill_candidates_unknown_arm_is_one_line(monkeypatch, capsys):
     assert err.value.code == 2
     assert capsys.readouterr().err.strip() == ("error: --arms: unknown q5+eq3 (choose from y1q+eq3, y1q+softmax, "
                                                "q16+eq3, q16+softmax)")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--data_args", "--bogus 1"], "error: --data_args or its config: Some specified arguments are not used"),
+    (["--recall_k", "3"], "error: --recall_k 3: the evaluation computes recall at [1, 5, 10] (recall_ks)")])
+def test_distill_candidates_checks_every_command_before_building_anything(argv, message, tmp_path, monkeypatch,
+                                                                          capsys):
+    bench = bench_module("distill_candidates")
+    index = tmp_path / "index"
+    with pytest.raises(SystemExit) as err:
+        _run_bench(bench, monkeypatch, ["--index", str(index), "--output_dir", str(tmp_path / "arms"), *argv])
+    assert err.value.code == 2 and capsys.readouterr().err.startswith(message)
+    assert not index.exists() and not (tmp_path / "arms").exists()  # no index built, no candidates
