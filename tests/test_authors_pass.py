@@ -40,6 +40,17 @@ def test_batched_pass_equals_each_texts_own_eager_forward(smol_tokenizer):
     assert authors_token_attention(w, "paper").tolist() == pytest.approx([0.375, 0.0])  # later rows only
 
 
+def test_a_pass_over_one_token_reads_its_row(smol_tokenizer):
+    """A round that wrote its stop token alone (special_text keep) is judged over one token: the pass takes the
+    all-rows path, not a decode step's (which kept no rows and ended the reference run on HotpotQA)."""
+    model = tiny_llama(len(smol_tokenizer))
+    decoder = BatchDecoder(model, smol_tokenizer, reduce="none")
+    [alone] = last_layer_attention(decoder, [[2]])
+    assert alone.shape == (4, 1, 1) and torch.allclose(alone, torch.ones(4, 1, 1))
+    one, two = last_layer_attention(decoder, [[2], [5, 17]])  # beside a longer one: left-padded
+    assert torch.allclose(one, torch.ones(4, 1, 1)) and torch.allclose(two, _eager(model, [5, 17]), atol=1e-5)
+
+
 def test_engine_reads_the_authors_pass_when_asked(smol_tokenizer):
     model = scripted_llama(smol_tokenizer, " Osk founded Kelmora. Then he left:")
     words = {}

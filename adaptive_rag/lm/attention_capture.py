@@ -123,7 +123,8 @@ def capture_attention_forward(module, query, key, value, attention_mask, scaling
     head: SharedHeadLayer | None = getattr(module, "shared_head", None)
     if head is not None and query.shape[2] == 1:  # a decode step over a batch whose rows share a head
         return _shared_head_forward(module, query, key, value, attention_mask, scaling, head, buffer)
-    if buffer is None or query.shape[2] != 1:
+    # a pass that keeps every row reads them here even over one token (a round that wrote its stop token alone)
+    if buffer is None or query.shape[2] != 1 or buffer.keep_all:
         if buffer is not None:  # prefill: SDPA for the output, one eager row for the last prompt position
             if buffer.keep_all:  # every row (the authors' pass); the last prompt position's is one of them
                 buffer.all_rows = _all_query_weights(query, key, attention_mask, scaling)
