@@ -45,7 +45,6 @@ def test_forced_rows_are_the_first_of_each_group():
 @pytest.mark.parametrize("kw,match", [
     ({"retrieval_penalty": -1}, "retrieval_penalty and format_reward must be >= 0"),
     ({"explore_ret": 1.0}, r"explore_ret must be in \[0, 1\)"),
-    ({"task": "search", "explore_ret": 0.2}, "explore_ret forces <RET>"),
     ({"task": "agent"}, "task must be one of gate, search"),
 ])
 def test_task_config_refuses(kw, match):

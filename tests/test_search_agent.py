@@ -134,3 +134,20 @@ def test_the_method_records_each_search(monkeypatch, smol_tokenizer, fake_retrie
 def test_settings_refuse_bad_values():
     with pytest.raises(ValueError, match="max_searches must be >= 0"):
         SearchSettings(max_searches=-1)
+
+
+def test_an_opened_row_starts_with_search_and_writes_its_own_query(monkeypatch, smol_tokenizer, fake_retriever):
+    """Training's exploration: the first turn of an opened row begins with <search> written for the policy (trained,
+    log-probabilities unknown); the policy's own text closes the query, which is what is searched."""
+    import math
+
+    script = TurnScript(smol_tokenizer, [" Osk </search>", " <answer> Kelmora </answer>"])
+    monkeypatch.setattr(loop_module, "decode_until", script)
+    trajs = run_search(None, smol_tokenizer, fake_retriever, ["Who?", "Who?"], SearchSettings(chat=False), opened={0})
+    opening = continuation_ids(smol_tokenizer, "<search>")
+    assert script.calls[0][0][-len(opening):] == opening and script.calls[0][1] == trajs[1].prompt_ids
+    t = trajs[0]
+    assert t.completion_ids[:len(opening)] == opening and t.env_mask[:len(opening)] == [1] * len(opening)
+    assert all(math.isnan(x) for x in t.logprobs[:len(opening)])
+    assert fake_retriever.queries == ["Osk"] and t.turns[0] == "<search> Osk </search>"
+    assert trajs[1].searches == [] and not trajs[1].format.ok  # " Osk </search>" alone opens no search

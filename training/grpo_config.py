@@ -49,7 +49,8 @@ class GrpoTaskConfig:
     max_passage_words: int | None = 40
     answer_max_new_tokens: int = 16  # the context prompt's answer after <RET> (greedy: the environment's step)
     # A share of each group whose first token is set to <RET> (the rest sampled): a policy that never writes <RET>
-    # (a base model) gets retrieval outcomes to compare; 0 = purely on-policy (use it from an ADAPT-LLM adapter)
+    # (a base model) gets retrieval outcomes to compare; 0 = purely on-policy (use it from an ADAPT-LLM adapter).
+    # search: the first turn of those rows opens with <search>, and the policy writes the query</search> itself
     explore_ret: float = 0.0
     # search: turns
     max_searches: int = 2
@@ -73,8 +74,6 @@ class GrpoTaskConfig:
                               ("ret_token", ("special", "text"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, got '{getattr(self, name)}'")
-        if self.task == "search" and self.explore_ret:
-            raise ValueError("explore_ret forces <RET> and applies to task gate only")
 
     def question_set(self) -> QuestionSet:
         return QuestionSet.of(self)

@@ -12,7 +12,8 @@ The dataset's ``prompt`` column is the question itself; the rollout builds the m
   (``explore_ret``): in each group the first ``round(G · explore_ret)`` completions are set to ``<RET>`` + EOS
   rather than sampled (their sampling log-probabilities are NaN, which trl treats as "unknown": no correction).
 * :class:`SearchRollout` (Search-R1): the turns of :mod:`inference.search_agent.loop`, sampled; the
-  ``<information>`` ids are the environment's (``env_mask`` 0).
+  ``<information>`` ids are the environment's (``env_mask`` 0). With ``explore_ret`` the first turn of the same
+  rows opens with ``<search>`` written for the policy, which then writes the query itself.
 
 Sampling runs on the project's decoder over the model being trained; with ``use_vllm`` (GPU recipes, untested) the
 policy's turns come from trl's vLLM engine instead (:mod:`training.grpo_vllm`).
@@ -127,9 +128,11 @@ class SearchRollout:
                                        batch_size=train.rollout_batch_size, max_passage_words=task.max_passage_words)
 
     def __call__(self, prompts: list[str], trainer) -> dict[str, Any]:
+        group = getattr(trainer, "num_generations", self.train.num_generations)
         trajs = run_search(policy_model(trainer), self.tokenizer, self.retriever, prompts, self.settings,
                            sampler=rollout_sampler(self.train, trainer.state.global_step),
-                           decode=vllm_decoder(trainer) if self.train.use_vllm else None)
+                           decode=vllm_decoder(trainer) if self.train.use_vllm else None,
+                           opened=forced_rows(len(prompts), group, self.task.explore_ret))
         return {"prompt_ids": [t.prompt_ids for t in trajs], "completion_ids": [t.completion_ids for t in trajs],
                 "logprobs": [t.logprobs for t in trajs], "env_mask": [t.env_mask for t in trajs],
                 "answer": [t.answer for t in trajs], "retrievals": [len(t.searches) for t in trajs],

@@ -9,7 +9,8 @@ ends the trajectory (its format check fails). Greedy at evaluation, sampled in t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from adaptive_rag.lm.generation import chat_prompt
@@ -19,6 +20,7 @@ from adaptive_rag.plumbing.retriever import Retriever
 from inference.adapt_gate.gate import passage_with_title
 from inference.search_agent.decoding import decode_until
 from inference.search_agent.protocol import (
+    SEARCH_OPEN,
     STOP_TEXTS,
     FormatCheck,
     check_format,
@@ -72,11 +74,16 @@ def first_ids(tokenizer, question: str, settings: SearchSettings) -> list[int]:
 
 
 def run_search(model, tokenizer, retriever: Retriever, questions: Sequence[str], settings: SearchSettings,
-               sampler: Sampler | None = None, decode=None) -> list[Trajectory]:
+               sampler: Sampler | None = None, decode=None, opened: Collection[int] = ()) -> list[Trajectory]:
     """One trajectory per question, in order. ``decode``: another backend with :func:`decode_until`'s signature
-    (training with vLLM)."""
+    (training with vLLM). ``opened``: rows whose first turn starts with ``<search>`` written for the policy (training's
+    exploration; the query is still the policy's own, its log-probabilities of the forced ids unknown: NaN)."""
     decode = decode or decode_until
     trajs = [Trajectory(first_ids(tokenizer, q, settings)) for q in questions]
+    opening = continuation_ids(tokenizer, SEARCH_OPEN)
+    for i in opened:
+        trajs[i].completion_ids, trajs[i].env_mask = list(opening), [1] * len(opening)
+        trajs[i].logprobs = [math.nan] * len(opening)
     open_rows = list(range(len(trajs)))
     for turn in range(settings.max_searches + 1):
         if not open_rows:
@@ -87,10 +94,11 @@ def run_search(model, tokenizer, retriever: Retriever, questions: Sequence[str],
         searching: list[tuple[int, str]] = []
         for i, out in zip(open_rows, outs):
             t = trajs[i]
+            forced = opening if turn == 0 and i in opened else []
             t.completion_ids += out.ids
             t.env_mask += [1] * len(out.ids)
             t.logprobs += out.logprobs
-            t.turns.append(tokenizer.decode(out.ids, skip_special_tokens=True))
+            t.turns.append(tokenizer.decode(forced + out.ids, skip_special_tokens=True))
             t.ended = out.reason
             query = turn_query(t.turns[-1]) if out.reason == "stop" else None
             if query is not None and turn < settings.max_searches:
