@@ -88,7 +88,7 @@ def test_presets_pair_registered_plugins():
             assert preset.trigger in TRIGGERS.names() and preset.query in QUERIES.names(), name
     # the gate's inner methods come from the same registry: every method that retrieves, and its own prompt
     assert INNER_NAMES == ("single", "sr-rag", "fl-rag", "fs-rag", "flare", "dragin", "custom", "token-rag",
-                           "iter-retgen")
+                           "iter-retgen", "search-r1")
 
 
 def test_each_plugin_owns_its_knobs_and_they_are_method_config_fields():

@@ -151,3 +151,19 @@ def test_an_opened_row_starts_with_search_and_writes_its_own_query(monkeypatch, 
     assert all(math.isnan(x) for x in t.logprobs[:len(opening)])
     assert fake_retriever.queries == ["Osk"] and t.turns[0] == "<search> Osk </search>"
     assert trajs[1].searches == [] and not trajs[1].format.ok  # " Osk </search>" alone opens no search
+
+
+def test_the_evaluate_command_runs_search_r1_as_a_method(monkeypatch, smol_tokenizer, fake_retriever):
+    """``--method search-r1`` reaches the search agent (not the engine's SR-RAG, whose trigger it names)."""
+    from inference.commands.evaluate import method_runner
+    from inference.dynamic_rag.engine import EngineConfig
+    from inference.dynamic_rag.methods import MethodConfig
+    from inference.dynamic_rag.prompts import PromptConfig
+
+    monkeypatch.setattr(loop_module, "decode_until",
+                        TurnScript(smol_tokenizer, [" <search> fox </search>", " <answer> Red </answer>"]))
+    run = method_runner(None, smol_tokenizer, fake_retriever, MethodConfig(method="search-r1", top_k=2),
+                        PromptConfig(), EngineConfig(max_new_tokens=16, batch_size=2))
+    (rec,) = run([QAExample("q1", "Which fox?", ["red"])])
+    assert rec.output == "Red" and fake_retriever.queries == ["fox"]
+    assert [r.doc_ids for r in rec.retrievals] == [["doc-1-0", "doc-1-1"]]

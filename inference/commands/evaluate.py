@@ -202,6 +202,10 @@ def method_runner(model, tokenizer, retriever, method: MethodConfig, prompt: Pro
     """The engine (dynamic-RAG methods) or the Iter-RetGen loop behind one ``examples -> records`` callable."""
     if method.method == "iter-retgen":
         return iter_retgen_runner(model, tokenizer, retriever, method, prompt, engine)
+    if PRESETS[method.method].runner == "search-agent":
+        from inference.search_agent.method import search_agent_runner
+
+        return search_agent_runner(model, tokenizer, retriever, method, prompt, engine)
     eng = DynamicRAGEngine(model, tokenizer, retriever, PromptBuilder(tokenizer, prompt), method, engine)
 
     def run(examples):

@@ -69,7 +69,7 @@ from inference.dynamic_rag.triggers import TRIGGERS
 
 Truncation = Literal["sentence", "token", "none"]
 Profile = Literal["paper", "reference"]
-Runner = Literal["engine", "iter-retgen", "gate"]
+Runner = Literal["engine", "iter-retgen", "gate", "search-agent"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,9 @@ PRESETS: dict[str, Preset] = {
     "adapt-llm": Preset("single", "question", "gate", top_k=1), "nr": Preset("never", "question", "gate", top_k=1),
     "ar": Preset("single", "question", "gate", top_k=1),
     "popularity": Preset("single", "question", "gate", top_k=1),
+    # Search-R1's multi-turn protocol (inference/search_agent/): the policy writes <search>query</search> turns and an
+    # <answer>; top_k passages per search, max_rounds searches at most
+    "search-r1": Preset("single", "question", "search-agent", top_k=3),
 }
 
 # Settings each DRAGIN profile gives to the switches left unset (None); see the module docstring.
