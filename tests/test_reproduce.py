@@ -124,7 +124,7 @@ def fake_run(made: list[str]):
     def run(step):
         made.append(step.name)
         if step.kind == "download":
-            data = Path(step.args[step.args.index("--out") + 1])
+            data = Path(step.args[step.args.index("--output_dir") + 1])
             data.mkdir(parents=True, exist_ok=True)
             (data / "f.json").write_text("{}")
             (data / "manifest.json").write_text(json.dumps({s: {"files": {"f.json": {}}} for s in step.sources}))

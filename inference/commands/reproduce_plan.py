@@ -119,7 +119,7 @@ def data_file(data_dir: Path, source: str, name: str, key: str = "questions") ->
 
 def download_step(sources: Sequence[str], opts: Options) -> Step:
     names = list(dict.fromkeys(sources))
-    args = [*names, "--out", str(opts.out / "data")]
+    args = [*names, "--output_dir", str(opts.out / "data")]
     for mirror in opts.mirrors:
         args += ["--mirror", mirror]
     return Step("download", "data_builders.download", tuple(args), "download", sources=tuple(names))

@@ -137,7 +137,7 @@ def dragin_steps(opts: Options) -> list[Step]:
     steps = [download_step([*(DRAGIN_DATASETS[d][0] for d in datasets), "dpr-wiki", "dragin-code"], opts),
              Step("index", "retrieval_adapt.build_index",
                   ("--corpus", str(data_file(data, "dpr-wiki", "psgs_w100.tsv", key="corpus")), *DRAGIN_INDEX[kind],
-                   "--out", str(index)), "index", outputs=(str(index / "meta.json"),))]
+                   "--output_dir", str(index)), "index", outputs=(str(index / "meta.json"),))]
     _, first = dragin_recipe(family, datasets[0])
     runs = opts.runs_dir(first["model"])
     for dataset in datasets:
@@ -200,10 +200,10 @@ def iter_retgen_steps(opts: Options) -> list[Step]:
                 **({"model": opts.model} if opts.model else {}), **({"limit": opts.limit} if opts.limit else {}),
                 **_sets(opts)}
     return [download_step(["hotpotqa"], opts),
-            Step("corpus", "data_builders.corpus", (f"hotpotqa:{dev}", "-o", str(corpus)), "corpus",
+            Step("corpus", "data_builders.corpus", (f"hotpotqa:{dev}", "--output_file", str(corpus)), "corpus",
                  outputs=(str(corpus),)),
-            Step("index", "retrieval_adapt.build_index", ("--corpus", str(corpus), *ITER_INDEX[kind], "--out",
-                                                          str(index)), "index", outputs=(str(index / "meta.json"),)),
+            Step("index", "retrieval_adapt.build_index", ("--corpus", str(corpus), *ITER_INDEX[kind],
+                                                          "--output_dir", str(index)), "index", outputs=(str(index / "meta.json"),)),
             Step("iter-retgen", "inference.commands.evaluate", (shown_path(ITER_RECIPE), *flags(settings)), "run",
                  outputs=(str(folder / "metrics.json"),), folder=str(folder))]
 
