@@ -40,6 +40,9 @@ from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.progress import bar_options
 from adaptive_rag.plumbing.record_log import FolderLock
 from adaptive_rag.plumbing.records import Passage
+from data_builders.passage_stream import corpus_format, iter_passages
+from data_builders.readers_release import iter_dpr_passages_tsv
+from data_builders.source_files import iter_jsonl
 from retrieval_adapt import es_scoring
 from retrieval_adapt.corpus_store import (
     META,
@@ -345,10 +348,6 @@ def _id_places(source: dict[str, Any], pid: str, records: int) -> str:
     """Where passage id ``pid`` occurs among the corpus's first ``records`` records: the lines of a JSONL or TSV
     file, the rows of a saved dataset; "" for a stream without a file (one more pass over that part of the corpus,
     taken only when a build fails)."""
-    from data_builders.passage_stream import corpus_format
-    from data_builders.readers_release import iter_dpr_passages_tsv
-    from data_builders.source_files import iter_jsonl
-
     path = source.get("path")
     if not path:
         return ""
@@ -360,8 +359,6 @@ def _id_places(source: dict[str, Any], pid: str, records: int) -> str:
         located = ((loc.line, passage.id) for loc, passage in iter_dpr_passages_tsv(path))
         unit = "lines"
     else:
-        from data_builders.passage_stream import iter_passages
-
         located = ((n, passage.id) for n, passage in enumerate(iter_passages(path, fmt), 1))
         unit = "records"
     places = [str(where) for where, found in islice(located, records) if found == pid]

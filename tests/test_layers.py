@@ -22,7 +22,7 @@ LAYERS = {
 }
 SUB_ORDER = {
     "adaptive_rag": ("plumbing", "lm"),
-    "inference": ("dynamic_rag", "iter_retgen", "adapt_gate", "commands"),
+    "inference": ("dynamic_rag", "iter_retgen", "adapt_gate", "search_agent", "commands"),
 }
 NAMES = {0: "foundation", 1: "data", 2: "retrieval", 3: "inference", 4: "jobs"}
 # Lazy imports of project modules that are allowed, and why.
@@ -34,6 +34,13 @@ LAZY_OK: dict[tuple[str, str], str] = {
     ("adaptive_rag.lm.generation", "adaptive_rag.lm.decoder"): "torch, only when text is generated",
     ("adaptive_rag.lm.generation", "adaptive_rag.lm.models"): "torch + transformers, only to load a model by name",
     ("inference.commands.eval_checks", "adaptive_rag.lm.models"): "torch + transformers: checks run before any load",
+    ("inference.commands.eval_checks", "retrieval_adapt.dense"): "torch + faiss, for a dense index's query encoder",
+    ("training.grpo", "training.grpo_job"): "torch + trl + peft: after the arguments parse and are checked",
+    # arag-reproduce --list and --dry_run print the steps without torch; the report reads the runs with it
+    ("inference.commands.reproduce_report", "inference.commands.report"): "torch, only when a report is written",
+    ("inference.commands.reproduce_report", "inference.adapt_gate.gate"): "torch, only for the ADAPT-LLM table",
+    ("inference.commands.reproduce_report", "inference.adapt_gate.gate_eval"): "torch, only for the ADAPT-LLM table",
+    ("inference.commands.reproduce_report", "inference.commands.eval_folder"): "torch, only for the ADAPT-LLM table",
     ("training.adapt_llm", "training.adapt_llm_eval"): "torch: after the arguments parse and are checked",
     ("training.adapt_llm", "training.lora_sft"): "torch + trl + peft: after the arguments parse and are checked",
     # the report renders recorded runs: no torch, and matplotlib only when figures are drawn

@@ -21,8 +21,13 @@ from adaptive_rag.plumbing.record_log import FolderLock
 from adaptive_rag.plumbing.retriever import Hit, Retriever
 from adaptive_rag.plumbing.wandb_logging import configure_wandb
 from data_builders.question_loader import WorldOptions, load_questions
+from inference.commands.eval_data import load_eval_retriever
 from training.adapt_llm_checkpoints import resolve_checkpoint
 from training.grpo_config import GrpoTaskConfig, GrpoTrainConfig
+from training.grpo_model import finish_folder, load_policy, optimizer
+from training.grpo_rewards import reward_functions
+from training.grpo_rollout import GateRollout, SearchRollout
+from training.lora_sft import adapter_base_callback
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +56,6 @@ def training_questions(task: GrpoTaskConfig) -> list:
 
 
 def make_retriever(task: GrpoTaskConfig, questions: list) -> Retriever:
-    from inference.commands.eval_data import load_eval_retriever
-
     inner = load_eval_retriever(task.index, task.dataset, world_seed=task.world_seed)
     if task.retriever == "random":
         return RandomRetriever(inner, [ex.question for ex in questions], task.retriever_seed)
@@ -116,11 +119,6 @@ def _train_locked(state, model_cfg: BaseModelConfig, task: GrpoTaskConfig, train
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental in trl 1.16
     from transformers import set_seed
     from trl import GRPOTrainer
-
-    from training.grpo_model import finish_folder, load_policy, optimizer
-    from training.grpo_rewards import reward_functions
-    from training.grpo_rollout import GateRollout, SearchRollout
-    from training.lora_sft import adapter_base_callback
 
     out = Path(train.output_dir)
     resolved = config_dict(model_cfg, task, train)

@@ -22,7 +22,13 @@ from adaptive_rag.plumbing.errors import ConfigError
 from inference.adapt_gate.ret_token import ret_signal, write_marker
 from training.adapt_llm_config import AdaptTrainConfig
 from training.grpo_config import GrpoTaskConfig, GrpoTrainConfig
-from training.lora_sft import add_ret_token, build_optimizer, build_peft_model, expose_lm_head_bias
+from training.lora_sft import (
+    add_ret_token,
+    build_optimizer,
+    build_peft_model,
+    expose_lm_head_bias,
+    record_adapter_base,
+)
 
 
 def adds_ret_token(task: GrpoTaskConfig) -> bool:
@@ -95,8 +101,6 @@ def optimizer(model: Any, task: GrpoTaskConfig, train: GrpoTrainConfig):
 
 def finish_folder(folder: str | Path, tokenizer: Any, task: GrpoTaskConfig, base: str, lora: bool) -> None:
     """What the gate reads beside the weights: the tokenizer, the base (adapters), the ``<RET>`` mode (plain text)."""
-    from training.lora_sft import record_adapter_base
-
     tokenizer.save_pretrained(str(folder))
     if lora:
         record_adapter_base(folder, base)

@@ -67,6 +67,7 @@ from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
 from inference.dynamic_rag.text_units import text_rules
 from inference.iter_retgen.loop import IterRetGen, IterRetGenConfig, LMGenerator
 from inference.iter_retgen.prompts import build_prompt
+from inference.search_agent.method import search_agent_runner
 from retrieval_adapt.corpus_store import load_meta
 
 DEFAULT_OUTPUT_ROOT = "runs/eval"
@@ -203,8 +204,6 @@ def method_runner(model, tokenizer, retriever, method: MethodConfig, prompt: Pro
     if method.method == "iter-retgen":
         return iter_retgen_runner(model, tokenizer, retriever, method, prompt, engine)
     if PRESETS[method.method].runner == "search-agent":
-        from inference.search_agent.method import search_agent_runner
-
         return search_agent_runner(model, tokenizer, retriever, method, prompt, engine)
     eng = DynamicRAGEngine(model, tokenizer, retriever, PromptBuilder(tokenizer, prompt), method, engine)
 

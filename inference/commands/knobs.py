@@ -56,6 +56,8 @@ METHOD_KNOB_RULES: dict[str, Callable[[dict], bool]] = {
     "query_max_words": lambda m: m["trigger"] != "never" and m["method"] != "iter-retgen",
     "query_cut": lambda m: m["trigger"] != "never" and m["method"] != "iter-retgen",
     "text_rules": lambda m: m["method"] in ENGINE_METHODS,
+    "special_text": lambda m: m["method"] in ENGINE_METHODS,  # every engine round's text
+    "round_join": lambda m: m["method"] in ENGINE_METHODS,
 } | {knob: (lambda m, knob=knob: _plugin_reads(knob, m)) for knob in KNOB_OWNERS}
 READ_BY_EVERY_METHOD = frozenset({"trigger", "query"})  # a trigger or query set explicitly overrides the method's
 RETRIEVING_GATES = ("adapt-llm", "ar", "popularity")

@@ -27,7 +27,10 @@ from pathlib import Path
 from adaptive_rag.plumbing.atomic_files import write_text_atomic
 from adaptive_rag.plumbing.cli import one_line, run_cli
 from adaptive_rag.plumbing.errors import ConfigError, DataError
-from inference.commands.reproduce_plan import Options, Step, options_from, options_parser, read_manifest
+from inference.commands.eval_checks import check_model_name
+from inference.commands.reproduce_plan import Options, Step, options_parser, read_manifest
+from inference.commands.reproduce_report import write_report
+from inference.commands.reproduce_tables import TABLES, options_from
 
 STAMP = "reproduce_step.json"  # in a run's folder once its step returned: the command that made it
 
@@ -46,8 +49,6 @@ def parser():
 
 def describe_tables() -> str:
     """Each table, what it runs and its index kinds (the paper's first)."""
-    from inference.commands.reproduce_tables import TABLES
-
     lines = []
     for table in TABLES.values():
         steps = table.steps(Options(table.name, output_dir="OUT"))
@@ -103,12 +104,8 @@ def release_memory() -> None:
 
 def reproduce(opts: Options, *, log=print) -> list[str]:
     """Run every step of the table not complete yet; returns the names of the steps that ran."""
-    from inference.commands.reproduce_tables import TABLES
-
     table = TABLES[opts.table]
     if opts.model:  # a mistyped model ends here, before any download
-        from inference.commands.eval_checks import check_model_name
-
         check_model_name(opts.model)
     ran = []
     total = len(table.steps(opts))
@@ -144,13 +141,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise ConfigError("name a table (python -m inference.commands.reproduce --list shows them)")
     cuda = False if args.no_cuda else _has_cuda()
     opts = options_from(args, cuda=cuda)
-    from inference.commands.reproduce_tables import TABLES
-
     if args.dry_run:
         print("\n".join(step.command for step in TABLES[opts.table].steps(opts)))
     elif args.report_only:
-        from inference.commands.reproduce_report import write_report
-
         write_report(opts)
     else:
         reproduce(opts)

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Literal
 
 from adaptive_rag.plumbing.cli import OneLineArgumentParser
-from adaptive_rag.plumbing.errors import ConfigError
 
 StepKind = Literal["download", "corpus", "index", "run", "report"]
 DEFAULT_OUTPUT_DIR = "runs/reproduce"
@@ -194,17 +193,3 @@ def options_parser(prog: str, description: str) -> OneLineArgumentParser:
     parser.add_argument("table", nargs="?", help="the table to reproduce (--list shows them)")
     add_option_flags(parser)
     return parser
-
-
-def options_from(args: argparse.Namespace, *, cuda: bool) -> Options:
-    """The parsed flags as :class:`Options`; an unknown table, dataset, method or index kind is a ConfigError."""
-    from inference.commands.reproduce_tables import TABLES
-
-    if args.table not in TABLES:
-        raise ConfigError(f"unknown table {args.table!r}; known: {', '.join(TABLES)} (--list shows their steps)")
-    opts = Options(args.table, output_dir=args.output_dir, model=args.model, limit=args.limit,
-                   datasets=args.datasets, methods=args.methods, index_kind=args.index_kind,
-                   train_limit=args.train_limit, sets=dict(args.sets), mirrors=list(getattr(args, "mirror", [])),
-                   cuda=cuda and not args.no_cuda)
-    TABLES[opts.table].check(opts)
-    return opts

@@ -21,7 +21,16 @@ import yaml
 
 from adaptive_rag.plumbing.bootstrap import bootstrap_ci
 from inference.commands.reproduce_plan import Options, Step, option_args
-from inference.commands.reproduce_tables import ADAPT_MODES, TABLES, Table, adapt_recipe, dragin_family, dragin_recipe
+from inference.commands.reproduce_tables import (
+    ADAPT_MODES,
+    ITER_RECIPE,
+    TABLES,
+    Table,
+    adapt_recipe,
+    dragin_family,
+    dragin_recipe,
+)
+from inference.dynamic_rag.dragin_settings import published
 
 # ADAPT-LLM's PopQA table: the text in shared/papers is a summary of the paper that gives no cell of its PopQA table
 # (it names 83.99% retrieval use without the training set, and "about 14 points" between NR-LLM and the others), so no
@@ -70,8 +79,6 @@ def _eval_run(step: Step):
 # --- the three tables' rows ---------------------------------------------------------------------------------------
 
 def dragin_rows(steps: list[Step]) -> list[str]:
-    from inference.dynamic_rag.dragin_settings import published
-
     lines = header(("EM", "F1", "retrievals/q"), ("dataset", "method"))
     for step in steps:
         dataset, method = step.name.split("/")
@@ -159,8 +166,6 @@ def default_model(table: Table, opts: Options) -> str:
         return dragin_recipe(dragin_family(opts.model), (opts.datasets or ["hotpotqa"])[0])[1]["model"]
     if table.name == "adapt-llm-popqa":
         return adapt_recipe()["base_model"]
-    from inference.commands.reproduce_tables import ITER_RECIPE
-
     return yaml.safe_load(ITER_RECIPE.read_text(encoding="utf-8"))["model"]
 
 

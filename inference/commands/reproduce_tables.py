@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from inference.commands.reproduce_plan import (
     report_step,
     shown_path,
 )
+from inference.dynamic_rag.dragin_settings import reference_config_for
 
 REPO_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ADAPT_RECIPE = Path(__file__).resolve().parents[2] / "training" / "configs" / "adapt_llm_authors.yaml"
@@ -106,8 +108,6 @@ def _sets(opts: Options) -> dict[str, str]:
 
 def dragin_family(model: str | None) -> str:
     """The authors' model config a model's name points to (their row configs are per model)."""
-    from inference.dynamic_rag.dragin_settings import reference_config_for
-
     return reference_config_for(model or "meta-llama/Llama-2-7b-chat-hf")
 
 
@@ -116,17 +116,6 @@ def dragin_recipe(family: str, dataset: str) -> tuple[Path, dict]:
     recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
     recipe.pop("sweep", None)
     return path, recipe
-
-
-def _for_method(recipe: dict, method: str) -> dict:
-    """The row's settings a method reads. attention_pass is RIND's alone (inference/commands/knobs.py), and the
-    engine runs the authors' pass for any method given it, failing on those that never capture attention (every
-    method but dragin): so the others run with the default, which for them is the same run."""
-    from inference.dynamic_rag.methods import PRESETS
-
-    if PRESETS[method].trigger == "rind":
-        return recipe
-    return {k: v for k, v in recipe.items() if k != "attention_pass"}
 
 
 def dragin_steps(opts: Options) -> list[Step]:
@@ -145,7 +134,7 @@ def dragin_steps(opts: Options) -> list[Step]:
         source, name = DRAGIN_DATASETS[dataset]
         for method in opts.methods or DRAGIN_METHODS:
             folder = runs / dataset / f"method={method}"
-            settings = {"method": method, **_for_method(recipe, method), "dataset": str(data_file(data, source, name)),
+            settings = {"method": method, **recipe, "dataset": str(data_file(data, source, name)),
                         "index": str(index), "authors_code": str(data / "dragin-code"), "output_dir": str(folder),
                         **({"model": opts.model} if opts.model else {}),
                         **({"limit": opts.limit} if opts.limit else {}), **_sets(opts)}
@@ -202,8 +191,9 @@ def iter_retgen_steps(opts: Options) -> list[Step]:
     return [download_step(["hotpotqa"], opts),
             Step("corpus", "data_builders.corpus", (f"hotpotqa:{dev}", "--output_file", str(corpus)), "corpus",
                  outputs=(str(corpus),)),
-            Step("index", "retrieval_adapt.build_index", ("--corpus", str(corpus), *ITER_INDEX[kind],
-                                                          "--output_dir", str(index)), "index", outputs=(str(index / "meta.json"),)),
+            Step("index", "retrieval_adapt.build_index",
+                 ("--corpus", str(corpus), *ITER_INDEX[kind], "--output_dir", str(index)), "index",
+                 outputs=(str(index / "meta.json"),)),
             Step("iter-retgen", "inference.commands.evaluate", (shown_path(ITER_RECIPE), *flags(settings)), "run",
                  outputs=(str(folder / "metrics.json"),), folder=str(folder))]
 
@@ -235,3 +225,15 @@ TABLES: dict[str, Table] = {t.name: t for t in (
                  "Wikipedia dump", "the 3-shot demos are written for this project (the paper's are in its "
                  "appendix)")),
 )}
+
+
+def options_from(args: argparse.Namespace, *, cuda: bool) -> Options:
+    """The parsed flags as :class:`Options`; an unknown table, dataset, method or index kind is a ConfigError."""
+    if args.table not in TABLES:
+        raise ConfigError(f"unknown table {args.table!r}; known: {', '.join(TABLES)} (--list shows their steps)")
+    opts = Options(args.table, output_dir=args.output_dir, model=args.model, limit=args.limit,
+                   datasets=args.datasets, methods=args.methods, index_kind=args.index_kind,
+                   train_limit=args.train_limit, sets=dict(args.sets), mirrors=list(getattr(args, "mirror", [])),
+                   cuda=cuda and not args.no_cuda)
+    TABLES[opts.table].check(opts)
+    return opts

@@ -30,6 +30,9 @@ from typing import Any
 
 import torch
 
+from adaptive_rag.lm.decoder import head_scored_once
+from adaptive_rag.lm.tokenization import prompt_ids
+
 AUTO = "auto"
 # the auto batch's ceiling: on a CPU the fixed default before the plan existed; on a GPU the largest batch
 # bench/gpu_scale.py measures by default
@@ -245,9 +248,6 @@ def plan_engine_batch(requested: int | str, model, tokenizer, prompts, *, head_i
     decoder keeps each token's attention row (``per_head``: one per head)."""
     if requested != AUTO:
         return fixed_plan(requested)
-    from adaptive_rag.lm.decoder import head_scored_once
-    from adaptive_rag.lm.tokenization import prompt_ids
-
     bare = min(len(prompt_ids(tokenizer, text)) for text in prompts.head_probes())  # a probe question, no documents
     shape = ModelShape.of(model)
     if shape is None:

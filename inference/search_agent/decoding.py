@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from adaptive_rag.lm.decoder import BatchDecoder, stop_token_ids
+from adaptive_rag.lm.decoder import Sequence as Row
 from adaptive_rag.lm.sampling import Sampler
 
 TAIL_TOKENS = 8  # a closing tag is found in the decoded text of the last few tokens (tags are 3-5 tokens long)
@@ -35,8 +37,6 @@ class Decoded:
 
 def stop_ids(tokenizer) -> set[int]:
     """EOS and the chat end-of-turn tokens (the decoder's own list)."""
-    from adaptive_rag.lm.decoder import stop_token_ids
-
     ids = stop_token_ids(tokenizer)
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
@@ -52,9 +52,6 @@ def decode_until(model, tokenizer, contexts: Sequence[list[int]], *, max_new_tok
     ``sampler``: None decodes greedily (log-probabilities of the full distribution), else draws from it (those of
     its tempered distribution, as trl's loss computes them with the same temperature). The model is put in eval
     mode for the call and returned to the mode it was in."""
-    from adaptive_rag.lm.decoder import BatchDecoder
-    from adaptive_rag.lm.decoder import Sequence as Row
-
     if max_new_tokens < 1 or batch_size < 1:
         raise ValueError(f"max_new_tokens and batch_size must be >= 1, got {max_new_tokens} and {batch_size}")
     if not contexts:
