@@ -306,10 +306,8 @@ class DynamicRAGEngine:
                 to_retrieve.append((st, query, event, position))
                 leaving.append(seq)
             elif final and self._loop_goes_on and not st.regenerating:
-                self._keep_signals(st, view, len(view.pieces), None, None)
-                self._close_round(st, seq, keep=len(view.pieces))
-                leaving.append(seq)
-                waiting.append(st)  # their loop's end tests (_answer_done) decide whether another round follows
+                # their loop's end tests (_answer_done) decide whether another round follows
+                self._requeue(st, seq, "round", leaving, waiting)
             elif final:
                 self._finish(st, seq, view)
                 finished.append(seq)
@@ -371,9 +369,13 @@ class DynamicRAGEngine:
             self._finish(st, seq, st.view, part="with_docs")
             finished.append(seq)
             return
-        self._keep_signals(st, st.view, len(st.view.pieces), None, None)
-        self._close_round(st, seq, keep=len(st.view.pieces), part="with_docs")
+        self._requeue(st, seq, "with_docs", leaving, waiting)  # its signals still name the documents
         st.docs, st.docs_round = [], False
+
+    def _requeue(self, st: QuestionState, seq: Sequence, part: str, leaving, waiting) -> None:
+        """Keep the whole round (``part`` as in :meth:`_close_round`) and send the question back to the queue."""
+        self._keep_signals(st, st.view, len(st.view.pieces), None, None)
+        self._close_round(st, seq, keep=len(st.view.pieces), part=part)
         leaving.append(seq)
         waiting.append(st)
 
