@@ -182,6 +182,9 @@ def main() -> None:
         diff = paired(questions["text"], questions["special"], args.resamples)
         results.update(diff)
         results["difference"] = diff["diff_adapt_acc"]
+        # the bench convention's headline: ADAPT-LLM accuracy, text over special, both measured in this run
+        base = results.get("special_adapt_acc") or 0.0
+        results["ratio"] = results["text_adapt_acc"] / base if base else None
         print("\ntext - special, paired over the same questions:")
         print(format_table(["", "difference [95% CI]"], [
             [name, _ci({name: diff[f"diff_{name}"], f"{name}_lo": diff[f"diff_{name}_lo"],
