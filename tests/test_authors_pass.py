@@ -92,7 +92,14 @@ def test_qfs_reads_the_authors_pass_by_hand():
     assert _reference(view, event, top_n=2) == "founded Kelmora?"  # text order; the hit word "Osk" never joins
 
 
-def test_engine_runs_the_qfs_pass_over_question_and_text(smol_tokenizer, monkeypatch):
+@pytest.mark.parametrize("word_text, expected", [
+    # the round's own ids after question + answer so far
+    ("pieces", "Who founded Kelmora? Osk founded Kelmora."),
+    # keep_real_words' text as written: question + " " + text + " " + ptext + " " + the sentence's raw words, all
+    # encoded again (text and ptext are empty in the first round)
+    ("tokens", "Who founded Kelmora?   Osk founded Kelmora."),
+])
+def test_engine_runs_the_qfs_pass_over_question_and_text(smol_tokenizer, monkeypatch, word_text, expected):
     import inference.dynamic_rag.engine as engine_module
 
     seen = []
@@ -105,7 +112,7 @@ def test_engine_runs_the_qfs_pass_over_question_and_text(smol_tokenizer, monkeyp
     monkeypatch.setattr(engine_module, "last_layer_attention", recording)
     model = scripted_llama(smol_tokenizer, " Osk founded Kelmora. Then he left:")
     method = MethodConfig(method="dragin", dragin_profile="reference", theta=0.0, attention_pass="authors",
-                          answer_extraction="project", max_rounds=1)
+                          answer_extraction="project", max_rounds=1, word_text=word_text)
     engine = DynamicRAGEngine(model, smol_tokenizer, FakeRetriever(),
                               PromptBuilder(smol_tokenizer, PromptConfig(prompt_style="paper", num_demos=1)),
                               method, EngineConfig(batch_size=2, max_new_tokens=12))
@@ -113,7 +120,7 @@ def test_engine_runs_the_qfs_pass_over_question_and_text(smol_tokenizer, monkeyp
     assert len(record.retrievals) == 1
     texts = [smol_tokenizer.decode(ids) for batch in seen for ids in batch]
     qfs_inputs = [t for t in texts if t.startswith("Who founded Kelmora?")]
-    assert qfs_inputs == ["Who founded Kelmora? Osk founded Kelmora."]  # no demos, no documents: up to the sentence end
+    assert qfs_inputs == [expected]  # no demos, no documents: up to the sentence end
     query = record.retrievals[0].query
     assert query and set(query.split()) <= {"Who", "founded", "Kelmora?", "Kelmora."}
     with pytest.raises(ValueError, match="qfs_attention reference"):

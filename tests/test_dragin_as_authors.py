@@ -343,3 +343,35 @@ def test_qfs_reads_to_the_end_of_a_hit_word_that_runs_past_its_sentence():
     assert view.sentence_end(3) == 4  # the newline ends its sentence; "\nThen" is one word
     assert qfs_text_end(view, Event(3, 1.0, 0, hits=[[3, 4]])) == 5
     assert qfs_text_end(view, Event(0, 1.0, 0, hits=[[0]])) == view.sentence_end(0)
+
+
+def test_the_forced_answer_prompt_is_eval_pys(authors_code):
+    """eval.py's regenerate_answer prompts with demos + case + " " + the loop's stripped prediction + " So the answer
+    is " (its trailing space kept: the model goes on after it)."""
+    from conftest import FakeRetriever
+    from test_tokenizer_paths import known_model
+    from tokenizer_matrix import shared_tokenizer
+
+    from adaptive_rag.plumbing.records import QAExample
+    from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
+    from inference.dynamic_rag.methods import MethodConfig
+    from inference.dynamic_rag.prompts import PromptBuilder, PromptConfig
+
+    class Recording(PromptBuilder):
+        texts: list[str] = []
+
+        def build(self, *args, **kw):
+            prompt = super().build(*args, **kw)
+            self.texts.append(prompt.text)
+            return prompt
+
+    tok = shared_tokenizer("bpe")
+    prompts = Recording(tok, PromptConfig(prompt_style="paper", prompt_source="authors",
+                                          authors_code=str(authors_code), demos="hotpotqa"))
+    method = MethodConfig(method="dragin", dragin_profile="reference", theta=1e9)  # never retrieves
+    engine = DynamicRAGEngine(known_model(tok), tok, FakeRetriever(), prompts, method,
+                              EngineConfig(batch_size=1, max_new_tokens=20))
+    engine.run([QAExample("q", "Who founded X?", ["Osk"])], show_progress=False)
+    round_text = "The city was founded in 1970. Its port opened!<|im_end|>"  # 14 tokens: two rounds pass 20
+    assert prompts.texts[0] == DEMOS + CASE
+    assert prompts.texts[-1] == DEMOS + CASE + " " + round_text + " " + round_text + " So the answer is "

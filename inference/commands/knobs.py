@@ -58,6 +58,7 @@ METHOD_KNOB_RULES: dict[str, Callable[[dict], bool]] = {
     "text_rules": lambda m: m["method"] in ENGINE_METHODS,
     "special_text": lambda m: m["method"] in ENGINE_METHODS,  # every engine round's text
     "round_join": lambda m: m["method"] in ENGINE_METHODS,
+    "word_text": lambda m: m["trigger"] == "rind" or m["query"] == "qfs",  # RIND's and QFS's words
 } | {knob: (lambda m, knob=knob: _plugin_reads(knob, m)) for knob in KNOB_OWNERS}
 READ_BY_EVERY_METHOD = frozenset({"trigger", "query"})  # a trigger or query set explicitly overrides the method's
 RETRIEVING_GATES = ("adapt-llm", "ar", "popularity")

@@ -62,10 +62,13 @@ class QfsPass:
     """The authors' QFS input for one retrieval: its tokens' pieces, the last layer's head-averaged attention over
     them (T, T), and where this round's first generated token sits in it."""
 
-    pieces: list[str]
+    pieces: list[str]  # word_text tokens: raw token strings
     weights: torch.Tensor
     offset: int
     bos: int  # leading special tokens (the BOS): never a query word
+    # word_text tokens: keep_real_words' own input, its text encoded again (inference/dynamic_rag/token_words.py)
+    ids: list[int] | None = None
+    text: str | None = None
 
 
 def qfs_pass_ids(tokenizer, question: str, prior: str, round_ids: list[int],

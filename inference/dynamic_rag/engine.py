@@ -36,6 +36,7 @@ from inference.dynamic_rag.queries import form_query
 from inference.dynamic_rag.queries.qfs import qfs_text_end
 from inference.dynamic_rag.round_view import Event, RoundView
 from inference.dynamic_rag.text_units import PieceStream, TokenText, ends_sentence, text_rules
+from inference.dynamic_rag.token_words import RawWords
 from inference.dynamic_rag.triggers import TRIGGERS, check_trigger
 
 ANSWER_MARKER = re.compile(r"the answer is", re.IGNORECASE)
@@ -125,6 +126,9 @@ class DynamicRAGEngine:
         self._loop_goes_on = self._authors_join and method.round_budget == "per_round" and self._loop in (
             "attn", "token")
         self.rules = text_rules(method.text_rules)  # the authors' spaCy parser under reference, when installed
+        # word_text tokens: RIND's and QFS's words are the authors' raw token strings (token_words.py)
+        self.raw_words = RawWords(tokenizer, self.text.marker) if method.word_text == "tokens" and (
+            method.trigger == "rind" or method.query == "qfs") else None
         self._whole_round_docs = method.docs_scope == "next_round"  # TokenRAG: the documents' round is kept whole
         self._retrieves_after_check = method.round_budget == "per_round" and method.trigger in (
             "fixed_length", "fixed_sentence")
@@ -152,7 +156,7 @@ class DynamicRAGEngine:
     # -- prompts ------------------------------------------------------------------------------------------
     def _start_round(self, state: QuestionState) -> Sequence:
         prompt = self.prompts.build(state.example.question, state.docs, state.prior,
-                                    as_written=self._authors_join and not state.regenerating)
+                                    as_written=self._authors_join)
         ids, offsets = prompt_ids(self.tokenizer, prompt.text, offsets=True)
         eligible = qfs_eligible(offsets, prompt.question_span, prompt.prior_start)
         if state.regenerating:
@@ -169,7 +173,7 @@ class DynamicRAGEngine:
             state.iteration_start = len(state.prior)
         state.view = RoundView(state.example.question, [], [], [], [], self.text.pieces(ids), eligible,
                                after_retrieval=state.after_retrieval, head_reduce=self.cfg.head_reduce,
-                               rules=self.rules)
+                               rules=self.rules, raw_words=self.raw_words)
         state.after_retrieval = False
         return seq
 
@@ -215,8 +219,11 @@ class DynamicRAGEngine:
         if self.method.answer_extraction == "dragin":  # eval.py's regenerate_answer, batched like any round
             again = [st for st in states if not st.regenerating and dragin_eval.needs_regeneration(st.output or "")]
             for st in again:
-                # from the answer as generated (its leading space too), not the stripped output
-                st.prior_base = st.prior = dragin_eval.regeneration_prefix(st.prior)
+                # from the answer as generated (its leading space too), not the stripped output; their loop's text
+                # is stripped before eval.py reads it, and its prompt is case + " " + that text as written
+                as_theirs = self._authors_join and getattr(self.prompts, "authors", None) is not None
+                base = st.output if as_theirs else st.prior
+                st.prior_base = st.prior = dragin_eval.regeneration_prefix(base)
                 st.kept_ids, st.docs, st.regenerating = [], [], True
                 st.after_retrieval, st.output = False, None
             self._drive(again, None)
@@ -291,7 +298,7 @@ class DynamicRAGEngine:
                 final = seq.done or stop is not None  # eval.py generates its 20 tokens to the end, then cuts
             event = events.get(id(seq))
             if event is not None:
-                self._close_round(st, seq, keep=event.keep, part="before_trigger")
+                self._close_round(st, seq, keep=event.keep, part="before_trigger", sentence=event.sentence)
                 if self._retrieves_after_check and self._answer_done(st):
                     # FixLengthRAG tests its loop's end before it retrieves with the text just written
                     self._keep_signals(st, view, event.keep, None, None)
@@ -332,15 +339,30 @@ class DynamicRAGEngine:
     def _authors_qfs_pass(self, fired: list[tuple[Sequence, Event]]) -> None:
         """One batched pass over question + answer so far + the round up to the end of each triggering sentence:
         the attention the reference code's QFS reads (inference/dynamic_rag/authors_pass.py)."""
-        inputs = []
+        inputs, texts = [], []
         for seq, event in fired:
             view = seq.key.view
+            if event.current_words is not None:  # word_text tokens: their text, encoded again
+                texts.append(self._keep_real_words_text(seq.key, event))
+                inputs.append((prompt_ids(self.tokenizer, texts[-1]), 0, 0))
+                continue
+            texts.append(None)
             end = qfs_text_end(view, event)
             inputs.append(qfs_pass_ids(self.tokenizer, view.question, seq.key.prior, seq.gen_ids[:end],
                                        view.pieces[0] if view.pieces else ""))
         weights = last_layer_attention(self.decoder, [ids for ids, _, _ in inputs])
-        for (seq, _), (ids, offset, bos), w in zip(fired, inputs, weights):
-            seq.key.view.authors_qfs = QfsPass(self.text.pieces(ids), w.mean(dim=0), offset, bos)
+        for (seq, _), (ids, offset, bos), w, text in zip(fired, inputs, weights, texts):
+            if text is not None:
+                seq.key.view.authors_qfs = QfsPass(self.raw_words.tokens(ids), w.mean(dim=0), offset, bos, ids, text)
+            else:
+                seq.key.view.authors_qfs = QfsPass(self.text.pieces(ids), w.mean(dim=0), offset, bos)
+
+    def _keep_real_words_text(self, st: QuestionState, event: Event) -> str:
+        """``keep_real_words``' text: ``question + " " + text + " " + ptext`` (their loop's answer before this round,
+        the round's sentences before the firing one), then the firing sentence's raw words joined by spaces."""
+        text = st.loop_text if self._authors_join else st.prior.strip()
+        ptext = " ".join(st.view.sentences()[:event.sentence])
+        return st.view.question + " " + text + " " + ptext + " " + " ".join(event.current_words)
 
     def _sync(self, seq: Sequence) -> tuple[Sequence, int | None, bool, bool]:
         """Bring the sequence's view up to the tokens fed so far; returns (seq, stop, sentence_end, final)."""
@@ -356,6 +378,7 @@ class DynamicRAGEngine:
         if stop is not None:  # the model began a new few-shot "Question:": the answer ended before it
             n_fed, nxt = _tokens_before(view.pieces, stop), ""
             view.truncate(n_fed)
+        view.ids = seq.gen_ids[:len(view.pieces)]
         view.prompt_row = seq.prompt_row
         view.probs, view.entropies, view.rows = seq.probs[:n_fed], seq.entropies[:n_fed], seq.rows[:n_fed]
         view.authors_attention = view.authors_qfs = None  # a pass over fewer tokens is stale
@@ -399,25 +422,28 @@ class DynamicRAGEngine:
             "docs": [{"id": d.id, "title": d.title} for d in st.docs],
         })
 
-    def _close_round(self, st: QuestionState, seq: Sequence, keep: int, part: str = "round") -> None:
+    def _close_round(self, st: QuestionState, seq: Sequence, keep: int, part: str = "round",
+                     sentence: int | None = None) -> None:
         """Keep the round's first ``keep`` tokens. ``part``: round (a round kept as written), before_trigger (the
-        text before the sentence that fired), with_docs (the sentence written with the documents)."""
+        text before the sentence that fired: the round's sentences before index ``sentence`` when the trigger
+        names it), with_docs (the sentence written with the documents)."""
         st.kept_ids.extend(seq.gen_ids[:keep])
         if self._authors_join and not st.regenerating:
-            st.prior = self._authors_text(st, seq, keep, part)
+            st.prior = self._authors_text(st, seq, keep, part, sentence)
         else:
             st.prior = st.prior_base + self.text.decode(st.kept_ids)
         st.forward_passes += seq.forward_passes
         st.generated_tokens += len(seq.gen_ids)
         seq.done = True
 
-    def _authors_text(self, st: QuestionState, seq: Sequence, keep: int, part: str) -> str:
+    def _authors_text(self, st: QuestionState, seq: Sequence, keep: int, part: str, sentence: int | None) -> str:
         """The answer so far as the authors' loop writes it (src/generate.py): a round joins as ``text.strip() + " " +
         new_text.strip()``; before a retrieval their ``ptext`` (the round's sentences before the one that fired,
         joined by one space) follows ``text`` in the prompt; the sentence written with the documents then joins the
         three (AttnWeightRAG: the non-empty parts with one space; TokenRAG: always with one space)."""
         if part == "before_trigger" and self._loop in ("attn", "token"):
-            st.ptext = self._sentences_before(st.view, keep)
+            st.ptext = self._sentences_before(st.view, keep) if sentence is None else \
+                " ".join(st.view.sentences()[:sentence])
             if self._loop == "token":  # their prompt: case + " " + text + " " + ptext.strip()
                 return st.loop_text + " " + st.ptext
             return " ".join(p for p in (st.loop_text, st.ptext) if p)

@@ -109,12 +109,13 @@ PROFILES: dict[str, dict[str, object]] = {
               "rind_scope": "sentence", "docs_scope": "until_replaced", "qfs_attention": "paper",
               "fixed_question_first": False, "max_rounds": 5, "answer_extraction": "project",
               "round_budget": "remaining", "truncation": "token", "query_cut": "words",
-              "text_rules": "rules", "special_text": "drop", "round_join": "tokens"},
+              "text_rules": "rules", "special_text": "drop", "round_join": "tokens", "word_text": "pieces"},
     "reference": {"rind_attention": "reference", "rind_normalisation": "reference", "content_filter": "after_threshold",
                   "rind_scope": "round", "docs_scope": "next_sentence", "qfs_attention": "reference",
                   "fixed_question_first": True, "max_rounds": 20, "answer_extraction": "dragin",
                   "round_budget": "per_round", "truncation": "sentence", "query_cut": "tokens",
-                  "text_rules": "authors", "special_text": "keep", "round_join": "authors"},
+                  "text_rules": "authors", "special_text": "keep", "round_join": "authors",
+                  "word_text": "tokens"},
 }
 
 
@@ -174,6 +175,13 @@ class SharedSettings:
     # space), and DRAGIN's and TokenRAG's loops go on after a round without a retrieval until their end tests (the
     # length, no progress, "the answer is") stop them. None: the profile's (paper: tokens, reference: authors)
     round_join: Literal["tokens", "authors"] | None = None
+    # pieces: RIND's and QFS's words are decoded text; tokens: the authors' words, raw token strings
+    # (convert_ids_to_tokens, grouped at the word marker, the newline token and after "</s>"; "Ċ1." for a newline
+    # before "1."), read as their modifier reads them (sentences found among the words by a substring test, real
+    # words as substrings of the raw strings, punctuation words may fire) and, with attention_pass authors, their
+    # keep_real_words (the triggering sentence's raw words joined and encoded again; the query is made of raw words).
+    # inference/dynamic_rag/token_words.py. None: the profile's (paper: pieces, reference: tokens)
+    word_text: Literal["pieces", "tokens"] | None = None
     iterations: int = 2  # Iter-RetGen's T
     # greedy; or checkpoint: sample as the model's generation_config.json says (the authors' generate calls never
     # pass do_sample=False: Llama-2 chat samples at T 0.6, top-p 0.9), seeded; entropies then of the processed scores

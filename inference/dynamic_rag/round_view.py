@@ -30,6 +30,9 @@ class RoundView:
     # attention_pass authors, set when a trigger fired: the QFS pass over question + text + the triggering sentence
     authors_qfs: Any = None  # inference.dynamic_rag.authors_pass.QfsPass
     rules: TextRules = PROJECT_RULES  # how sentences and content words are found (text_rules)
+    ids: list[int] = field(default_factory=list)  # this round's token ids (as many as pieces)
+    # word_text tokens: the reference code's words, raw token strings (inference/dynamic_rag/token_words.py)
+    raw_words: Any = None  # inference.dynamic_rag.token_words.RawWords
 
     @property
     def text(self) -> str:
@@ -50,6 +53,7 @@ class RoundView:
     def truncate(self, n: int) -> None:
         """Keep the first ``n`` pieces (the answer ended before a stop marker)."""
         del self.pieces[n:]
+        del self.ids[n:]
         self.__dict__.pop("_text", None)
 
     def row(self, j: int) -> torch.Tensor:
@@ -97,6 +101,19 @@ class RoundView:
         starts = self.sentence_starts()
         return next((i for i in range(token + 1, len(starts)) if starts[i] != starts[token]), len(starts))
 
+    def sentences(self) -> list[str]:
+        """The round's sentences as text (stripped, none empty), as the reference code lists them."""
+        text = self.text
+        return [text[a:b].strip() for a, b in self.rules.split(text) if text[a:b].strip()]
+
+    def raw_tokens(self) -> list[str]:
+        """word_text tokens: the round's tokens as ``convert_ids_to_tokens`` writes them (cached per length)."""
+        cached = self.__dict__.get("_raw")
+        if cached is None or len(cached) != len(self.ids):
+            cached = self.raw_words.tokens(self.ids)
+            self._raw = cached
+        return cached
+
     def last_sentence(self) -> str:
         spans = self.rules.split(self.text)
         return self.text[spans[-1][0]:spans[-1][1]].strip() if spans else ""
@@ -126,6 +143,11 @@ class Event:
     keep: int
     hits: list[list[int]] = field(default_factory=list)
     stopword_hits: bool = False
+    # word_text tokens (the reference code's modifier): the firing sentence's index among the round's sentences, its
+    # raw words (their curr_tokens) and which of them are hits (their curr_hit, after the real-word filter)
+    sentence: int | None = None
+    current_words: list[str] | None = None
+    current_hits: list[int] | None = None
 
 
 def keep_before(view: RoundView, token: int, cfg: Any) -> int:

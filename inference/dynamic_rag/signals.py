@@ -146,11 +146,13 @@ class WordScore:
 
 
 def rind_word_scores(pieces: list[str], entropies: list[float], amax: torch.Tensor, *,
-                     entropy_agg: WordAgg = "mean", attention_agg: WordAgg = "sum") -> list[WordScore]:
-    """RIND per word. Defaults follow the reference code: entropy averaged, attention summed over pieces."""
+                     entropy_agg: WordAgg = "mean", attention_agg: WordAgg = "sum",
+                     words: list[tuple[list[int], str]] | None = None) -> list[WordScore]:
+    """RIND per word. Defaults follow the reference code: entropy averaged, attention summed over pieces.
+    ``words``: (token indices, text) per word when the words are not the pieces' (``word_text: tokens``)."""
     scores = []
-    for idx in group_words(pieces):
-        word = "".join(pieces[i] for i in idx).strip()
+    for idx, word in words if words is not None else ((g, "".join(pieces[i] for i in g).strip())
+                                                      for g in group_words(pieces)):
         scores.append(WordScore(word, idx, _agg([entropies[i] for i in idx], entropy_agg),
                                 _agg([float(amax[i]) for i in idx], attention_agg), is_content_word(word)))
     return scores
@@ -248,15 +250,26 @@ def flare_masked_query(pieces: list[str], probs: list[float], mask_prob: float) 
     return " ".join("".join(p if q > mask_prob else " " for p, q in zip(pieces, probs)).split())
 
 
-def round_word_signals(view, cfg) -> list[WordScore]:
+def raw_words(view) -> list[tuple[list[int], str]] | None:
+    """``word_text: tokens``: the round's words as the reference code forms them (raw token strings, grouped by its
+    rules; inference/dynamic_rag/token_words.py), or None for words of decoded pieces."""
+    raw = getattr(view, "raw_words", None)
+    if raw is None:
+        return None
+    tokens = view.raw_tokens()[:len(view.pieces)]
+    return [(g, raw.text(tokens, g)) for g in raw.groups(view.ids[:len(view.pieces)], tokens)]
+
+
+def round_word_signals(view, cfg, *, raw_only: bool = False) -> list[WordScore]:
     """RIND's per-word entropy, attention and stopword flag for one round (a
     :class:`inference.dynamic_rag.round_view.RoundView`):
     attention per ``cfg.rind_attention``, renormalised per ``cfg.rind_normalisation``, words aggregated per
     ``cfg.entropy_agg`` / ``cfg.attention_agg``. The RIND trigger decides from them; the trace view shows them
-    (the same step asks twice with ``keep_signals``: the second call reuses the first's words)."""
+    (the same step asks twice with ``keep_signals``: the second call reuses the first's words). ``raw_only``: before
+    the renormalisation (the reference code's modifier renormalises over its own sentence ranges)."""
     n, prompt_len = len(view.pieces), len(view.prompt_pieces)
     authors = getattr(view, "authors_attention", None)
-    key = (view.rows, view.entropies, authors, cfg)  # the same objects: the same step, nothing changed since
+    key = (view.rows, view.entropies, authors, cfg, raw_only)  # the same objects: the same step, nothing changed since
     cached = getattr(view, "__dict__", {}).get("_word_signals")
     if cached is not None and cached[0] == n and all(a is b for a, b in zip(cached[1], key)):
         return cached[2]
@@ -272,10 +285,12 @@ def round_word_signals(view, cfg) -> list[WordScore]:
     else:
         attention = a_max([view.row(j) for j in range(len(view.rows))], prompt_len, n)
     words = rind_word_scores(view.pieces, view.entropies, attention, entropy_agg=cfg.entropy_agg,
-                             attention_agg=cfg.attention_agg)
+                             attention_agg=cfg.attention_agg, words=raw_words(view))
     rules = getattr(view, "rules", None)
     if rules is not None and rules.nlp is not None:  # the reference's real words of each word's own sentence
         words = _real_word_content(view, words, rules)
+    if raw_only:
+        return words
     if cfg.rind_normalisation == "reference":
         words = renormalise_like_reference(words, [view.sentence_start(w.tokens[0]) for w in words])
     if hasattr(view, "__dict__"):

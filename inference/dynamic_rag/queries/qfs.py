@@ -9,6 +9,7 @@ from inference.dynamic_rag import signals
 from inference.dynamic_rag.dragin_settings import PAPER
 from inference.dynamic_rag.queries import QueryFormer, register_query
 from inference.dynamic_rag.round_view import Event, RoundView, reduce_heads
+from inference.dynamic_rag.token_words import authors_qfs_query
 
 PAPER_QFS_TOP_N = PAPER.qfs_top_n
 
@@ -59,6 +60,9 @@ def _reference(view: RoundView, event: Event, top_n: int) -> str:
     qp = view.authors_qfs
     rules = getattr(view, "rules", None)
     nlp = rules is not None and rules.nlp is not None
+    if qp is not None and qp.ids is not None:  # word_text tokens: keep_real_words as written
+        return authors_qfs_query(qp.ids, qp.pieces, qp.weights, len(event.current_words), event.current_hits,
+                                 rules.real_words(qp.text) if nlp else None, top_n, view.raw_words)
     if qp is not None:  # attention_pass authors: the reference's own pass, without demos or documents
         rows = [[qp.weights[qp.offset + t - 1] for t in word] for word in hits]
         # every column normalises, the BOS's too, as keep_real_words does; the BOS is never a query word

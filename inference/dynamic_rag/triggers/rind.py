@@ -11,6 +11,7 @@ from typing import Literal
 from inference.dynamic_rag import signals
 from inference.dynamic_rag.dragin_settings import PAPER
 from inference.dynamic_rag.round_view import Event, RoundView, keep_before
+from inference.dynamic_rag.token_words import authors_modifier
 from inference.dynamic_rag.triggers import Trigger, register_trigger
 
 
@@ -55,6 +56,8 @@ class Rind(Trigger):
 
 def _event(view: RoundView, cfg, start: int) -> Event | None:
     theta = PAPER.theta if cfg.theta is None else cfg.theta  # an unresolved config (a test, a notebook): the paper's
+    if getattr(view, "raw_words", None) is not None and cfg.content_filter == "after_threshold":
+        return _authors_event(view, cfg, start, theta)
     words = [w for w in signals.round_word_signals(view, cfg) if w.tokens[0] >= start]
     if cfg.content_filter == "score":  # the paper: s_i is a factor of the score
         first = next((w for w in words if w.score > theta), None)
@@ -72,3 +75,22 @@ def _event(view: RoundView, cfg, start: int) -> Event | None:
     content = [w for w in hits if w.content]
     return Event(first.tokens[0], first.unfiltered_score, keep_before(view, first.tokens[0], cfg),
                  hits=[w.tokens for w in content or hits], stopword_hits=not content)
+
+
+def _authors_event(view: RoundView, cfg, start: int, theta: float) -> Event | None:
+    """``word_text: tokens`` under the reference's filter: their ``modifier`` over the round's raw words and its
+    sentences (inference/dynamic_rag/token_words.py), punctuation words included; words before ``start`` (cleared
+    or protected) cannot fire."""
+    words = signals.round_word_signals(view, cfg, raw_only=True)
+    weights = [w.entropy if w.tokens[0] >= start else 0.0 for w in words]
+    firing = authors_modifier(view.sentences(), [w.word for w in words], [w.attention for w in words], weights,
+                              theta, view.rules.real_words)
+    if firing is None:
+        return None
+    token = words[firing.first].tokens[0]
+    keep = words[firing.start].tokens[0] if cfg.truncation == "sentence" else keep_before(view, token, cfg)
+    current = words[firing.start:firing.end]
+    hits = [w.tokens for w, h in zip(current, firing.hits) if h]
+    return Event(token, firing.score, keep, hits=hits or [w.tokens for w, a in zip(current, firing.above) if a],
+                 stopword_hits=not hits, sentence=firing.sentence, current_words=[w.word for w in current],
+                 current_hits=list(firing.hits))
