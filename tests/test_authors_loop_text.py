@@ -105,3 +105,34 @@ def test_the_row_configs_attention_pass_is_harmless_where_no_attention_is_read(m
     with_pass, _, _ = run(tok, known_model(tok), authors(method, attention_pass="authors"), max_new_tokens=20)
     without, _, _ = run(tok, known_model(tok), authors(method), max_new_tokens=20)
     assert with_pass.output == without.output and "1970" in with_pass.output
+
+
+def test_the_round_with_documents_runs_to_its_end_before_its_first_sentence_is_kept(tokenizer):
+    """Their AttnWeightRAG writes the round with the documents to EOS or the budget and keeps get_top_sentence of
+    it: under a sentencizer that does not split at newlines (spaCy's, theirs), the first sentence runs past the
+    newline that the engine's own sentence end would stop at."""
+    import spacy
+    from conftest import FakeRetriever
+    from test_tokenizer_paths import PAPER, QUESTION, RecordingPrompts
+
+    from adaptive_rag.plumbing.records import QAExample
+    from inference.dynamic_rag.engine import DynamicRAGEngine, EngineConfig
+    from inference.dynamic_rag.text_units import TextRules
+
+    script = " The city was founded in 1970. Its port opened\nand it grew fast!"
+    model = known_model(tokenizer, script, unsure=("opened",))
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    prompts = RecordingPrompts(tokenizer, PAPER)
+    engine = DynamicRAGEngine(model, tokenizer, FakeRetriever(), prompts,
+                              authors("dragin", theta=1e-3, max_rounds=1), EngineConfig(batch_size=1,
+                                                                                       max_new_tokens=30))
+    engine.rules = TextRules(nlp)
+    [record] = engine.run([QAExample("q0", QUESTION, ["1970"])], show_progress=False)
+    assert len(record.retrievals) == 1
+    eos = tokenizer.eos_token
+    # round 1 fires in its second sentence ("opened"); the round with the documents writes the rest of the script
+    # and EOS; its first sentence under the sentencizer runs past the newline to the end (the stop token's text,
+    # glued to "!", stays in it as in theirs); the engine's own sentence end would have kept "Its port opened"
+    assert prompts.priors[1] == FIRST
+    assert prompts.priors[2] == f"{FIRST} Its port opened\nand it grew fast!{eos}"

@@ -130,6 +130,9 @@ class DynamicRAGEngine:
         self.raw_words = RawWords(tokenizer, self.text.marker) if method.word_text == "tokens" and (
             method.trigger == "rind" or method.query == "qfs") else None
         self._whole_round_docs = method.docs_scope == "next_round"  # TokenRAG: the documents' round is kept whole
+        # their AttnWeightRAG writes the round with the documents to its end and keeps its first sentence
+        # (get_top_sentence): where that sentence ends is only known from the whole round under their sentencizer
+        self._docs_round_to_end = self._authors_join and self._loop == "attn"
         self._retrieves_after_check = method.round_budget == "per_round" and method.trigger in (
             "fixed_length", "fixed_sentence")
         needs = method.needs(self.cfg.head_reduce)  # what the method's trigger and query former read
@@ -289,7 +292,8 @@ class DynamicRAGEngine:
         for seq, stop, sentence_end, final in synced:
             st = seq.key
             view = st.view
-            if st.docs_round and (final or (sentence_end and not self._whole_round_docs)):
+            if st.docs_round and (final or (sentence_end and not self._whole_round_docs
+                                            and not self._docs_round_to_end)):
                 # their loops test their end after the documents' sentence too, EOS or not
                 ends = final and not self._whole_round_docs and not self._loop_goes_on
                 self._end_docs_round(st, seq, ends, finished, leaving, waiting)
