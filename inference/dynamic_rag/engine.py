@@ -382,7 +382,8 @@ class DynamicRAGEngine:
         if stop is not None:  # the model began a new few-shot "Question:": the answer ended before it
             n_fed, nxt = _tokens_before(view.pieces, stop), ""
             view.truncate(n_fed)
-        view.ids = seq.gen_ids[:len(view.pieces)]
+        if self.raw_words is not None:  # word_text tokens reads the round's ids
+            view.ids = seq.gen_ids[:len(view.pieces)]
         view.prompt_row = seq.prompt_row
         view.probs, view.entropies, view.rows = seq.probs[:n_fed], seq.entropies[:n_fed], seq.rows[:n_fed]
         view.authors_attention = view.authors_qfs = None  # a pass over fewer tokens is stale
