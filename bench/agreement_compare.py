@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from adaptive_rag.plumbing.dragin_eval import score_dragin
+from adaptive_rag.plumbing.dragin_eval import cut_output, score_dragin
 
 # the agreement rates, in table order: (key, column title)
 RATES = (("first_trigger", "trigger"), ("first_query", "1st query"), ("queries", "queries"),
@@ -72,12 +72,15 @@ def authors_sides(records: list[dict], golds: dict[str, list[str]]) -> list[Side
 
 
 def engine_sides(predictions: list[dict]) -> list[Side]:
+    """The engine's side; its final text is its output as eval.py's regenerate_answer returns it (cut at "Question:"
+    / "Note:"; a forced answer is already cut), as their ``final`` is."""
     out = []
     for p in predictions:
         scores = score_dragin(p["output"], p.get("answers", []), "hotpotqa")
         out.append(Side(p["id"], [{k: x[k] for k in ("round", "position", "query", "doc_ids")}
                                   for x in p.get("retrievals", [])],
-                        (p["output"] or "").strip(), scores["em"], scores["f1"], int(p.get("generated_tokens", 0)),
+                        cut_output(p["output"] or "").strip(), scores["em"], scores["f1"],
+                        int(p.get("generated_tokens", 0)),
                         float(p.get("batch_mean_seconds", 0.0))))
     return out
 

@@ -203,7 +203,8 @@ THEIRS = [  # what bench/agreement_authors.py writes per question
 ENGINE = [  # the engine's predictions.jsonl rows (the fields compared)
     {"id": "a", "answers": ["Paris"], "output": "Foo. So the answer is Paris.", "generated_tokens": 120,
      "batch_mean_seconds": 1.0, "retrievals": [{**_ret(1, 0, "capital France", ["p1", "p3"]), "trigger_score": 2.0}]},
-    {"id": "b", "answers": ["Berlin"], "output": "So the answer is Berlin.", "generated_tokens": 80,
+    # the engine's output as the loop wrote it: the final text compared is eval.py's cut of it (their `final`)
+    {"id": "b", "answers": ["Berlin"], "output": "So the answer is Berlin.\nQuestion: next?", "generated_tokens": 80,
      "batch_mean_seconds": 1.0, "retrievals": []},
     {"id": "c", "answers": ["Lyon"], "output": "So the answer is Lyons.", "generated_tokens": 140,
      "batch_mean_seconds": 1.0, "retrievals": [{**_ret(1, 7, "Rhone city", ["p2", "p4"]), "trigger_score": 1.0},
