@@ -55,6 +55,7 @@ class RoundView:
         del self.pieces[n:]
         del self.ids[n:]
         self.__dict__.pop("_text", None)
+        self.__dict__.pop("_sentences", None)
 
     def row(self, j: int) -> torch.Tensor:
         """Generated token j's row over all earlier positions, heads reduced (``head_reduce``)."""
@@ -102,9 +103,14 @@ class RoundView:
         return next((i for i in range(token + 1, len(starts)) if starts[i] != starts[token]), len(starts))
 
     def sentences(self) -> list[str]:
-        """The round's sentences as text (stripped, none empty), as the reference code lists them."""
-        text = self.text
-        return [text[a:b].strip() for a, b in self.rules.split(text) if text[a:b].strip()]
+        """The round's sentences as text (stripped, none empty), as the reference code lists them; cached per length
+        (the trigger, the QFS pass and the text kept before the firing sentence all read them)."""
+        cached = self.__dict__.get("_sentences")
+        if cached is None or cached[0] != len(self.pieces):
+            text = self.text
+            cached = (len(self.pieces), [text[a:b].strip() for a, b in self.rules.split(text) if text[a:b].strip()])
+            self._sentences = cached
+        return cached[1]
 
     def raw_tokens(self) -> list[str]:
         """word_text tokens: the round's tokens as ``convert_ids_to_tokens`` writes them (cached per length)."""

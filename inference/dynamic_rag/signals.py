@@ -266,7 +266,8 @@ def round_word_signals(view, cfg, *, raw_only: bool = False) -> list[WordScore]:
     attention per ``cfg.rind_attention``, renormalised per ``cfg.rind_normalisation``, words aggregated per
     ``cfg.entropy_agg`` / ``cfg.attention_agg``. The RIND trigger decides from them; the trace view shows them
     (the same step asks twice with ``keep_signals``: the second call reuses the first's words). ``raw_only``: before
-    the renormalisation (the reference code's modifier renormalises over its own sentence ranges)."""
+    the content flags and the renormalisation (the reference code's modifier takes the real words of the firing
+    sentence and renormalises over its own sentence ranges)."""
     n, prompt_len = len(view.pieces), len(view.prompt_pieces)
     authors = getattr(view, "authors_attention", None)
     key = (view.rows, view.entropies, authors, cfg, raw_only)  # the same objects: the same step, nothing changed since
@@ -286,11 +287,11 @@ def round_word_signals(view, cfg, *, raw_only: bool = False) -> list[WordScore]:
         attention = a_max([view.row(j) for j in range(len(view.rows))], prompt_len, n)
     words = rind_word_scores(view.pieces, view.entropies, attention, entropy_agg=cfg.entropy_agg,
                              attention_agg=cfg.attention_agg, words=raw_words(view))
+    if raw_only:  # their modifier reads the real words of the firing sentence alone
+        return words
     rules = getattr(view, "rules", None)
     if rules is not None and rules.nlp is not None:  # the reference's real words of each word's own sentence
         words = _real_word_content(view, words, rules)
-    if raw_only:
-        return words
     if cfg.rind_normalisation == "reference":
         words = renormalise_like_reference(words, [view.sentence_start(w.tokens[0]) for w in words])
     if hasattr(view, "__dict__"):

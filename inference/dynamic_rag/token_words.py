@@ -55,8 +55,7 @@ class RawWords:
         return words
 
     def text(self, tokens: list[str], group: list[int]) -> str:
-        return "".join(tokens[i] for i in group).replace(self.marker, "") if self.marker else \
-            "".join(tokens[i] for i in group)
+        return "".join(tokens[i] for i in group).replace(self.marker, "")
 
 
 def sentence_word_ranges(sentences: list[str], words: list[str]) -> list[tuple[int, int]]:
