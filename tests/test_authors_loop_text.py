@@ -88,10 +88,11 @@ def test_the_text_before_a_triggering_sentence_is_their_ptext(tokenizer):
 
 def test_token_rag_joins_always_with_one_space(tokenizer):
     """TokenRAG writes ``case + " " + text + " " + ptext.strip()`` and then ``text.strip() + " " + ptext.strip() + " "
-    + new_text.strip()``, spaces whatever is empty; its documents' round is kept whole, to EOS."""
+    + new_text.strip()``, spaces whatever is empty; its documents' round is kept whole, to EOS. (The engine's own
+    sentence windows fire it here on every tokenizer; their modifier's are tests/test_reference_loops.py's.)"""
     model = known_model(tokenizer, THREE, unsure=("opened",))
-    record, priors, queries = run(tokenizer, model, authors("token-rag", token_rag_threshold=0.1, max_rounds=1),
-                                  max_new_tokens=30)
+    method = authors("token-rag", token_rag_threshold=0.1, max_rounds=1, word_text="pieces")
+    record, priors, queries = run(tokenizer, model, method, max_new_tokens=30)
     eos = tokenizer.eos_token
     assert len(queries) == 1
     assert priors[:3] == ["", f" {FIRST}", f" {FIRST} {SECOND} It grew fast{eos}"]

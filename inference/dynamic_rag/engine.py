@@ -39,6 +39,8 @@ from inference.dynamic_rag.text_units import PieceStream, TokenText, ends_senten
 from inference.dynamic_rag.token_words import RawWords
 from inference.dynamic_rag.triggers import TRIGGERS, check_trigger
 
+EMPTY_PASSAGE = Passage("", "", "")  # the authors' BM25 class's filler where a search finds fewer than top-k
+
 ANSWER_MARKER = re.compile(r"the answer is", re.IGNORECASE)
 
 
@@ -128,7 +130,7 @@ class DynamicRAGEngine:
         self.rules = text_rules(method.text_rules)  # the authors' spaCy parser under reference, when installed
         # word_text tokens: RIND's and QFS's words are the authors' raw token strings (token_words.py)
         self.raw_words = RawWords(tokenizer, self.text.marker) if method.word_text == "tokens" and (
-            method.trigger == "rind" or method.query == "qfs") else None
+            method.trigger in ("rind", "token_rag") or method.query == "qfs") else None
         self._whole_round_docs = method.docs_scope == "next_round"  # TokenRAG: the documents' round is kept whole
         # their AttnWeightRAG writes the round with the documents to its end and keeps its first sentence
         # (get_top_sentence): where that sentence ends is only known from the whole round under their sentencizer
@@ -192,8 +194,9 @@ class DynamicRAGEngine:
             return False
         if st.after_retrieval and st.docs and self.method.docs_for_next_sentence_only:
             return False
-        # their tests: the answer's tokens as tokenizer.encode counts them (BOS included), no progress, the marker
-        counted = len(prompt_ids(self.tokenizer, st.prior.strip()))
+        # their tests: the answer's tokens as tokenizer.encode counts them (BOS included; their text as it is, the
+        # leading spaces of TokenRAG's and FixLengthRAG's joins too), no progress, the marker
+        counted = len(prompt_ids(self.tokenizer, st.prior if self._authors_join else st.prior.strip()))
         return dragin_eval.MARKER in st.prior or counted > self.max_new_tokens or len(st.prior) <= st.iteration_start
 
     # -- main loop ----------------------------------------------------------------------------------------
@@ -302,7 +305,8 @@ class DynamicRAGEngine:
                 final = seq.done or stop is not None  # eval.py generates its 20 tokens to the end, then cuts
             event = events.get(id(seq))
             if event is not None:
-                self._close_round(st, seq, keep=event.keep, part="before_trigger", sentence=event.sentence)
+                self._close_round(st, seq, keep=event.keep, part="before_trigger", sentence=event.sentence,
+                                  kept_text=event.kept_text)
                 if self._retrieves_after_check and self._answer_done(st):
                     # FixLengthRAG tests its loop's end before it retrieves with the text just written
                     self._keep_signals(st, view, event.keep, None, None)
@@ -428,20 +432,21 @@ class DynamicRAGEngine:
         })
 
     def _close_round(self, st: QuestionState, seq: Sequence, keep: int, part: str = "round",
-                     sentence: int | None = None) -> None:
+                     sentence: int | None = None, kept_text: str | None = None) -> None:
         """Keep the round's first ``keep`` tokens. ``part``: round (a round kept as written), before_trigger (the
         text before the sentence that fired: the round's sentences before index ``sentence`` when the trigger
-        names it), with_docs (the sentence written with the documents)."""
+        names it, or the trigger's ``kept_text``), with_docs (the sentence written with the documents)."""
         st.kept_ids.extend(seq.gen_ids[:keep])
         if self._authors_join and not st.regenerating:
-            st.prior = self._authors_text(st, seq, keep, part, sentence)
+            st.prior = self._authors_text(st, seq, keep, part, sentence, kept_text)
         else:
             st.prior = st.prior_base + self.text.decode(st.kept_ids)
         st.forward_passes += seq.forward_passes
         st.generated_tokens += len(seq.gen_ids)
         seq.done = True
 
-    def _authors_text(self, st: QuestionState, seq: Sequence, keep: int, part: str, sentence: int | None) -> str:
+    def _authors_text(self, st: QuestionState, seq: Sequence, keep: int, part: str, sentence: int | None,
+                      kept_text: str | None = None) -> str:
         """The answer so far as the authors' loop writes it (src/generate.py): a round joins as ``text.strip() + " " +
         new_text.strip()``; before a retrieval their ``ptext`` (the round's sentences before the one that fired,
         joined by one space) follows ``text`` in the prompt; the sentence written with the documents then joins the
@@ -452,7 +457,7 @@ class DynamicRAGEngine:
             if self._loop == "token":  # their prompt: case + " " + text + " " + ptext.strip()
                 return st.loop_text + " " + st.ptext
             return " ".join(p for p in (st.loop_text, st.ptext) if p)
-        new = self.text.decode(seq.gen_ids[:keep]).strip()
+        new = self.text.decode(seq.gen_ids[:keep]).strip() if kept_text is None else kept_text
         if part == "with_docs":
             if self._loop == "token":
                 st.loop_text = st.loop_text.strip() + " " + st.ptext + " " + new
@@ -480,6 +485,8 @@ class DynamicRAGEngine:
                                                  trigger_score=0.0 if event is None else event.score, query=query,
                                                  doc_ids=[p.id for p in st.docs],
                                                  stopword_hits=event is not None and event.stopword_hits))
+            if self._authors_join:  # their BM25 class fills a short list with empty documents ("[2] \n")
+                st.docs += [EMPTY_PASSAGE] * (self.method.top_k - len(st.docs))
         return [st for st, _, _, _ in jobs]
 
 

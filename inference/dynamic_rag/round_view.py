@@ -154,6 +154,10 @@ class Event:
     sentence: int | None = None
     current_words: list[str] | None = None
     current_hits: list[int] | None = None
+    # the reference code's loops that write their query and kept text as strings (TokenRAG's curr, FS-RAG's first
+    # sentence): the query, and the text kept before it (None: from the tokens)
+    query: str | None = None
+    kept_text: str | None = None
 
 
 def keep_before(view: RoundView, token: int, cfg: Any) -> int:

@@ -42,6 +42,10 @@ class RawWords:
     def tokens(self, ids: list[int]) -> list[str]:
         return list(self.tokenizer.convert_ids_to_tokens(list(ids)))
 
+    def decoded(self, ids: list[int]) -> list[str]:
+        """Each token decoded alone, special tokens kept (their ``BasicGenerator.generate``'s ``tokens``)."""
+        return [self.tokenizer.decode([i]) for i in ids]
+
     def groups(self, ids: list[int], tokens: list[str], *, after_eos: bool = True) -> list[list[int]]:
         """Token indices per word; ``after_eos``: ``generate_attn``'s rule that a word starts after ``</s>``
         (``keep_real_words`` has no such rule)."""

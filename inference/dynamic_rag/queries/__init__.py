@@ -40,11 +40,14 @@ register_query = QUERIES.register
 def form_query(view: RoundView, event: Event, cfg: Any, tokenizer: Any = None) -> str:
     """The retrieval query for ``event``, cut to its last ``query_max_words`` words, or (``query_cut: tokens``, the
     authors' BM25 class) to its last that many generator tokens, encoded and decoded back as theirs; falls back to
-    the question when a former yields nothing."""
-    q = QUERIES.get(cfg.query).form(view, event, cfg)
+    the question when a former yields nothing (except under ``round_join: authors``, whose loops search with it)."""
+    # a trigger that writes its query itself (the reference code's TokenRAG and FS-RAG loops) gives it in the event
+    q = event.query if event.query is not None else QUERIES.get(cfg.query).form(view, event, cfg)
     if getattr(cfg, "query_cut", "words") == "tokens" and tokenizer is not None:
         ids = tokenizer(q, add_special_tokens=False)["input_ids"][-cfg.query_max_words:]
         q = tokenizer.decode(ids, skip_special_tokens=True)
+        if getattr(cfg, "round_join", None) == "authors":
+            return q  # their loops search with what they wrote, an empty query too (no documents come back)
     else:
         q = " ".join(q.split()[-cfg.query_max_words:])
     return q if q.strip() else view.question

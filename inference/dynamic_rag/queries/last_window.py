@@ -10,4 +10,6 @@ class LastWindow(QueryFormer):
     reads = ("fixed_length",)  # the fixed_length trigger's window
 
     def form(self, view, event, cfg) -> str:
-        return "".join(view.pieces[max(0, event.token + 1 - cfg.fixed_length): event.token + 1])
+        # stripped, as their FixLengthRAG searches with new_text.strip() (a leading space would cost a token of
+        # the 64-token query cut)
+        return "".join(view.pieces[max(0, event.token + 1 - cfg.fixed_length): event.token + 1]).strip()

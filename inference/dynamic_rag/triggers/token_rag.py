@@ -8,6 +8,10 @@ query leaves out (``token_rag`` query former). Their windows are kept as they ar
 token into the next sentence, and every sentence after the first starts one token late (``logprobs[tid:tr+1]``,
 then ``tid = tr + 1``). After the retrieval the next round is written with the documents and kept whole, unchecked;
 the round after it has none (``docs_scope: next_round``).
+
+Under ``word_text: tokens`` (the reference profile) the round is judged by their ``modifier`` itself
+(:func:`authors_modifier`): their tokens are each token decoded alone (``tokenizer.decode(t)``), found in the
+round's sentences by ``str.find`` (their offsets and all), and the query is their ``curr`` with ``[xxx]`` taken out.
 """
 
 from __future__ import annotations
@@ -19,6 +23,47 @@ from inference.dynamic_rag.round_view import Event, RoundView
 from inference.dynamic_rag.triggers import Trigger, register_trigger
 
 _SOLVERS = {"avg": lambda v: sum(v) / len(v), "max": max, "min": min}
+
+
+@dataclass
+class AuthorsTokenFiring:
+    sentence: int  # index of the hallucinated sentence among the round's sentences
+    token: int  # their tid there: the first token of its window
+    score: float
+    query: str  # curr.replace("[xxx]", "")
+
+
+def authors_modifier(sentences: list[str], tokens: list[str], unsure: list[float], threshold: float,
+                     solver) -> AuthorsTokenFiring | None:
+    """Their ``TokenRAG.modifier`` as written (src/generate.py). A sentence's tokens run from ``tid`` while each
+    is found in the sentence after ``pos``; their ``pos`` is the offset inside the slice searched, not in the
+    sentence, and the window takes one token more (``logprobs[tid:tr+1]``); the next sentence starts one token past
+    it. In the firing sentence each token above the threshold is replaced by ``[xxx]`` where ``find`` puts it (a
+    token not found lands one character before ``pos``). An empty window never fires (their mean of nothing is
+    NaN)."""
+    tid = 0
+    for sid, sent in enumerate(sentences):
+        pos, tr = 0, tid
+        while tr < len(tokens):
+            apr = sent[pos:].find(tokens[tr])
+            if apr == -1:
+                break
+            pos = apr + len(tokens[tr])
+            tr += 1
+        window = unsure[tid:tr + 1]
+        score = solver(window) if window else float("nan")
+        if score > threshold:
+            curr, pos = sentences[sid], 0
+            for prob, tok in zip(window, tokens[tid:tr + 1]):
+                apr = curr[pos:].find(tok) + pos
+                if prob > threshold:
+                    curr = curr[:apr] + "[xxx]" + curr[apr + len(tok):]
+                    pos = apr + len("[xxx]")
+                else:
+                    pos = apr + len(tok)
+            return AuthorsTokenFiring(sid, tid, score, curr.replace("[xxx]", ""))
+        tid = tr + 1
+    return None
 
 
 def sentence_windows(starts: list[int]) -> list[tuple[int, int, int, int]]:
@@ -48,6 +93,13 @@ class TokenRag(Trigger):
             return None
         threshold = 0.08 if cfg.token_rag_threshold is None else cfg.token_rag_threshold
         solver = _SOLVERS[cfg.token_rag_solver]
+        if view.raw_words is not None:  # word_text tokens: their modifier over their strings
+            fired = authors_modifier(view.sentences(), view.raw_words.decoded(view.ids),
+                                     [1.0 - p for p in view.probs], threshold, solver)
+            if fired is None:
+                return None
+            keep = min(fired.token, len(view.pieces))
+            return Event(keep, fired.score, keep, sentence=fired.sentence, query=fired.query)
         protected = view.protected_end() if cfg.keep_sentence_after_retrieval else 0  # a round is judged once, whole
         for first, end, lo, hi in sentence_windows(view.sentence_starts()):
             if first < protected or lo > hi:
