@@ -231,3 +231,28 @@ def test_mistakes_end_in_one_line_before_a_model_loads(argv, message, capsys):
     assert run_cli(main, argv=argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(message) and "\n" not in err and "Traceback" not in err
+
+
+def test_arms_table_pairs_every_arm_with_each_reference_and_builds_the_oracle():
+    from bench_modules import bench_module
+
+    arms_module = bench_module("experiments/grpo_arms")
+
+    def arm(acc, retrieved):
+        return {f"q{i}": {"acc": float(a), "retrieved": float(r), "score": float(r)}
+                for i, (a, r) in enumerate(zip(acc, retrieved))}
+
+    arms = {"nr": arm([1, 0, 0, 0], [0] * 4), "ar": arm([0, 1, 1, 0], [1] * 4),
+            "ar_base": arm([0, 1, 0, 0], [1] * 4), "rl": arm([1, 1, 0, 0], [0, 1, 1, 0])}
+    labels = {"q0": "known", "q1": "unknown", "q2": "unknown", "q3": "known"}
+    lines = arms_module.table(arms, labels)
+    assert lines[0] == "4 questions every arm answered"
+    assert lines[2].endswith("| − AR, paired | − AR (knowing model), paired | − supervised, paired |")
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:] for line in lines[4:]}
+    # the RL arm: 2 of 4 right, retrieves on the two unknown questions (AUROC 1), 0.25 above AR (knowing model)
+    assert rows["rl"][0].startswith("0.500 [") and rows["rl"][1].startswith("0.500 [")
+    assert rows["rl"][2].startswith("1.000 [") and rows["rl"][3].startswith("0.000 [")
+    assert rows["rl"][4].startswith("0.250 [") and rows["rl"][5].strip(" |") == "-"
+    # the oracle: AR's answer on the unknown questions, NR's elsewhere
+    assert rows["oracle"][0].startswith("0.750 [") and rows["oracle"][1].startswith("0.500 [")
+    assert "AR (knowing model)" not in arms_module.table({k: arms[k] for k in ("nr", "ar", "rl")}, labels)[2]

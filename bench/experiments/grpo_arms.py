@@ -7,7 +7,8 @@
 Each ``--arm NAME=FOLDER`` is an evaluation folder of the evaluate command. Per arm: accuracy (``acc``), retrieval
 share, and the AUROC against the recorded ``unknown`` label of the decision's score (a gate's first-step ``<RET>``
 probability; otherwise whether the question retrieved); the oracle gate from ``nr`` and ``ar``; paired differences
-of every arm against ``ar`` and against ``supervised`` (1000 resamples, percentile; questions every arm answered).
+of every arm against ``ar``, ``ar_base`` where given (AR answered by the knowing model itself, the answerer of the RL
+gate's rollout) and ``supervised`` (1000 resamples, percentile; questions every arm answered).
 """
 
 from __future__ import annotations
@@ -50,18 +51,22 @@ def table(arms: dict[str, dict[str, dict[str, float]]], labels: dict[str, str]) 
     if "nr" in arms and "ar" in arms and labels:
         arms = {**arms, "oracle": {i: {"acc": arms["ar" if labels.get(i) == "unknown" else "nr"][i]["acc"],
                                        "retrieved": float(labels.get(i) == "unknown"), "score": 0.0} for i in ids}}
+    # ar_base: AR answered by the knowing model itself, the answerer the RL gate's rollout uses
+    refs = ("ar", "ar_base", "supervised") if "ar_base" in arms else ("ar", "supervised")
+    names = {"ar": "− AR", "ar_base": "− AR (knowing model)", "supervised": "− supervised"}
     lines = [f"{len(ids)} questions every arm answered", "",
-             "| arm | accuracy | retrieval share | AUROC vs unknown | − AR, paired | − supervised, paired |",
-             "|---|---|---|---|---|---|"]
+             "| arm | accuracy | retrieval share | AUROC vs unknown | "
+             + " | ".join(f"{names[r]}, paired" for r in refs) + " |",
+             "|---|---|---|---|" + "---|" * len(refs)]
     for name, rows in arms.items():
         acc = [rows[i]["acc"] for i in ids]
         share = [rows[i]["retrieved"] for i in ids]
         cells = [_ci(sum(acc) / len(acc), *bootstrap_ci(acc)), _ci(sum(share) / len(share), *bootstrap_ci(share))]
         known = [i for i in ids if i in labels]
         auc = auroc_ci([rows[i]["score"] for i in known], [labels[i] == "unknown" for i in known]) \
-            if known and name not in ("oracle", "nr", "ar") else None
+            if known and name not in ("oracle", "nr", "ar", "nr_base", "ar_base") else None
         cells.append(_ci(*auc) if auc else "-")
-        for ref in ("ar", "supervised"):
+        for ref in refs:
             cells.append(_ci(*paired_diff_ci(acc, [arms[ref][i]["acc"] for i in ids]))
                          if ref in arms and ref != name else "-")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")

@@ -19,9 +19,14 @@ python training/grpo.py bench/experiments/grpo_knowing_gate.yaml --world_seed "$
 for arm in gate sft_rl gate_random; do
     python -m inference.commands.evaluate --method adapt-llm --model "$G/$arm" "${EVAL[@]}" --output_dir "$G/$arm/eval"
 done
+# NR and AR answered by the knowing model itself: the answerer the RL gate's rollout uses after <RET> (claim 1's AR
+# answers with the ADAPT-LLM adapter, trained on context answers; docs/knowing_world.md)
+for m in nr ar; do
+    python -m inference.commands.evaluate --method "$m" --model "$K/model" "${EVAL[@]}" --output_dir "$G/${m}_base"
+done
 # Multi-turn search (exploratory); its evaluation runs as method search-r1 once the evaluate command dispatches it
 python training/grpo.py bench/experiments/grpo_knowing_search.yaml --world_seed "$SEED" --base_model "$K/model" \
     --index "$K/bm25" --output_dir "$G/search"
 python bench/experiments/grpo_arms.py --arm nr="$K/claims/adapt/nr" --arm ar="$K/claims/adapt/ar" \
-    --arm supervised="$K/claims/adapt/adapt-llm" --arm rl="$G/gate/eval" --arm sft_rl="$G/sft_rl/eval" \
+    --arm nr_base="$G/nr_base" --arm ar_base="$G/ar_base" --arm supervised="$K/claims/adapt/adapt-llm" --arm rl="$G/gate/eval" --arm sft_rl="$G/sft_rl/eval" \
     --arm rl_random_retriever="$G/gate_random/eval" --out "$G/arms.md"
