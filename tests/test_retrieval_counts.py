@@ -340,9 +340,11 @@ def test_token_rag_judges_the_round_then_keeps_the_documents_round_whole(tokeniz
     # Catches a documents scope of one sentence, a check of the regenerated round, a query that keeps the unsure
     # token, and a loop that goes on past the budget.
     # the engine's text joins (the authors' double space before an empty ptext changes this last-token model's
-    # output; their joins are tests/test_authors_loop_text.py's)
+    # output; their joins are tests/test_authors_loop_text.py's) and the engine's sentence windows (word_text
+    # pieces): their modifier's str.find alignment, which a byte-level token's leading space defeats, is
+    # tests/test_reference_loops.py's
     method = MethodConfig(method="token-rag", dragin_profile="reference", answer_extraction="project",
-                          token_rag_threshold=0.08, round_join="tokens", special_text="drop")
+                          token_rag_threshold=0.08, round_join="tokens", special_text="drop", word_text="pieces")
     assert (method.docs_scope, method.round_budget) == ("next_round", "per_round")
     [record], queries, docs = run(tokenizer, model, method, max_new_tokens=20)
     assert retrievals(record)[0] == (1, 0, "Ada built .") and queries[0] == "Ada built ."
