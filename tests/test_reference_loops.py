@@ -149,6 +149,17 @@ def test_fix_length_round_that_ends_early_is_searched_with_and_the_loop_goes_on(
     assert prompts.priors[1] == f" The city was founded in 1970.{eos}"
 
 
+def test_fix_length_rounds_generate_exactly_their_length(tokenizer):
+    """Their FixLengthRAG writes each round with ``generate(prompt, fix_length)``: a round of 4 tokens costs 4
+    generated tokens. Here: retrieve, write 4, retrieve, write 4, past the budget of 6: 8 tokens, not one more per
+    round for the step that saw the window full."""
+    model = known_model(tokenizer, " The city was founded in 1970 by many people of the old town and its port.",
+                        unsure=())
+    record, _, queries = run(tokenizer, model, reference("fl-rag", fixed_length=4), max_new_tokens=6)
+    assert len(queries) == record.rounds == 2
+    assert record.generated_tokens == 8
+
+
 class OneHit(FakeRetriever):
     def search(self, queries, k):
         self.queries.extend(queries)
