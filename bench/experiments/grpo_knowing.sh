@@ -24,9 +24,10 @@ done
 for m in nr ar; do
     python -m inference.commands.evaluate --method "$m" --model "$K/model" "${EVAL[@]}" --output_dir "$G/${m}_base"
 done
-# Multi-turn search (exploratory); its evaluation runs as method search-r1 once the evaluate command dispatches it
+# Multi-turn search (exploratory: no claim), evaluated as the method search-r1 (the query it writes is searched)
 python training/grpo.py bench/experiments/grpo_knowing_search.yaml --world_seed "$SEED" --base_model "$K/model" \
     --index "$K/bm25" --output_dir "$G/search"
+python -m inference.commands.evaluate --method search-r1 --model "$G/search" "${EVAL[@]}" --output_dir "$G/search/eval"
 python bench/experiments/grpo_arms.py --arm nr="$K/claims/adapt/nr" --arm ar="$K/claims/adapt/ar" \
     --arm nr_base="$G/nr_base" --arm ar_base="$G/ar_base" --arm supervised="$K/claims/adapt/adapt-llm" --arm rl="$G/gate/eval" --arm sft_rl="$G/sft_rl/eval" \
-    --arm rl_random_retriever="$G/gate_random/eval" --out "$G/arms.md"
+    --arm rl_random_retriever="$G/gate_random/eval" --arm search="$G/search/eval" --out "$G/arms.md"

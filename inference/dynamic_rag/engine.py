@@ -166,10 +166,8 @@ class DynamicRAGEngine:
         eligible = qfs_eligible(offsets, prompt.question_span, prompt.prior_start)
         if state.regenerating:
             budget = dragin_eval.REGENERATE_TOKENS
-        elif self.method.round_budget == "per_round" and self.method.trigger == "fixed_length":
-            budget = self.method.fixed_length  # their FixLengthRAG: generate(prompt, fix_length), no token more
         elif self.method.round_budget == "per_round":  # the authors' loop: every round may write the full length
-            budget = self.max_new_tokens
+            budget = self.method.round_tokens or self.max_new_tokens
         else:
             budget = max(1, self.max_new_tokens - self._tokens(state.prior))
         seq = Sequence(key=state, prompt_ids=ids, max_new_tokens=budget)

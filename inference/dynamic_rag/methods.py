@@ -242,6 +242,11 @@ class MethodLogic:
         return TRIGGERS.get(self.trigger).retrieves_first(self)
 
     @property
+    def round_tokens(self) -> int | None:
+        """What one round writes under ``round_budget: per_round`` when the trigger fixes it (FL-RAG's window)."""
+        return TRIGGERS.get(self.trigger).round_tokens(self)
+
+    @property
     def docs_for_next_sentence_only(self) -> bool:
         """After a retrieval a trigger fired, do the documents serve one sentence (reference) or one round (TokenRAG)
         only?"""

@@ -8,6 +8,8 @@ A trigger is a class with ``check(view, cfg, final=...) -> Event | None``. It de
 * ``needs(cfg, head_reduce)``: what the decoder must capture for it (``"attention"``: last-layer attention rows;
   ``"attention_per_head"``: those rows kept per head);
 * ``retrieves_first(cfg)``: whether the method retrieves with the question before generating;
+* ``round_tokens(cfg)``: the tokens one round writes in the authors' per-round loop when the trigger fixes it
+  (FL-RAG's window); None: the budget;
 * ``Knobs``: a dataclass of the settings it owns; they become fields of ``MethodConfig`` (and command-line options)
   when the file is discovered;
 * ``trace(view, cfg)``: what the trace view shows of a round (``--keep_signals``): per-word signals and the
@@ -36,6 +38,9 @@ class Trigger:
 
     def retrieves_first(self, cfg: Any) -> bool:
         return False
+
+    def round_tokens(self, cfg: Any) -> int | None:
+        return None
 
     def needs(self, cfg: Any, head_reduce: str) -> frozenset[str]:
         return frozenset()

@@ -20,6 +20,9 @@ class FixedLength(Trigger):
     def retrieves_first(self, cfg) -> bool:
         return bool(cfg.fixed_question_first)
 
+    def round_tokens(self, cfg) -> int:
+        return cfg.fixed_length  # their FixLengthRAG: generate(prompt, fix_length), no token more
+
     def validate(self, cfg) -> None:
         if cfg.fixed_length <= 0:
             raise ValueError("fixed_length must be positive")
