@@ -104,7 +104,7 @@ def test_evaluate_records_the_profile_and_its_values(tmp_path, monkeypatch):
     assert (saved["theta"], saved["qfs_top_n"], saved["max_new_tokens"], saved["num_demos"]) == (1.0, 25, 64, 6)
     assert (seen["method"].theta, seen["engine"].max_new_tokens, seen["prompt"].num_demos) == (1.0, 64, 6)
     assert (saved["rind_attention"], saved["content_filter"], saved["docs_scope"], saved["max_rounds"]) == (
-        "reference", "after_threshold", "next_sentence", 20)
+        "reference", "after_threshold", "next_sentence", None)  # None: no cap, their loops' own ends
     assert (saved["answer_extraction"], saved["round_budget"]) == ("dragin", "per_round")
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert metrics["answer_extraction"] == "dragin" and metrics["em"] == 1.0

@@ -188,3 +188,16 @@ def test_the_answers_length_is_counted_on_their_text_with_its_leading_space(toke
     assert engine._answer_done(state)
     state.prior = text.strip()
     assert not engine._answer_done(state)
+
+
+def test_the_reference_loops_have_no_retrieval_cap_of_their_own(tokenizer):
+    """Their loops stop only by their own tests (the kept text past the budget, a round that adds nothing): one
+    token a round runs more than 20 rounds, each one retrieving (their FS-RAG ran 34 on a HotpotQA question, where a
+    cap of 20 had cut the engine short). After EOS the last-token model starts the script again, so it never stops."""
+    model = known_model(tokenizer, " The city was founded in 1970.", unsure=())
+    record, _, queries = run(tokenizer, model, reference("fl-rag", fixed_length=1), max_new_tokens=30)
+    assert record.rounds > 20 and len(queries) == record.rounds
+    assert reference("fl-rag").retrieval_cap(30) == 31  # budget + 1: each round adds a token or ends the loop
+    record, _, queries = run(tokenizer, model, reference("fl-rag", fixed_length=1, max_rounds=20), max_new_tokens=30)
+    assert len(queries) == 20  # a cap set by hand still holds
+    assert MethodConfig(method="fl-rag").retrieval_cap(30) == 5  # the paper profile's

@@ -121,6 +121,7 @@ class DynamicRAGEngine:
         if method.retrieves and retriever is None:
             raise ValueError(f"method '{method.method}' retrieves but no retriever was given")
         self.method = method = method.resolved(getattr(prompts.cfg, "demos", None))
+        self.retrieval_cap = method.retrieval_cap(self.max_new_tokens)
         self.text = TokenText(tokenizer, keep_special=method.special_text == "keep")
         self._loop = AUTHORS_LOOPS.get(method.trigger, "attn")  # whose text joins round_join authors follows
         self._authors_join = method.round_join == "authors"
@@ -251,7 +252,7 @@ class DynamicRAGEngine:
         waiting: deque[QuestionState] = deque()
         to_retrieve: list[tuple[QuestionState, str, Event | None, int]] = []
         for st in states:
-            if self.method.retrieves_first and self.method.max_rounds > 0 and not st.regenerating:
+            if self.method.retrieves_first and self.retrieval_cap > 0 and not st.regenerating:
                 to_retrieve.append((st, st.example.question, None, 0))
             else:
                 waiting.append(st)
@@ -286,7 +287,7 @@ class DynamicRAGEngine:
         for seq, _, sentence_end, final in synced:
             st: QuestionState = seq.key
             if not (st.docs_round and (sentence_end or final or self._whole_round_docs)) and not st.regenerating \
-                    and len(st.retrievals) < self.method.max_rounds:
+                    and len(st.retrievals) < self.retrieval_cap:
                 event = check_trigger(st.view, self.method, sentence_end=sentence_end, final=final)
                 if event is not None:
                     events[id(seq)] = event
@@ -336,7 +337,7 @@ class DynamicRAGEngine:
         sentences = self.method.rind_scope != "round"  # the round scope judges a round once, at its end
         judged = [seq for seq, _, sentence_end, final in synced
                   if (final or (sentence_end and sentences)) and seq.key.view.pieces and not seq.key.docs_round
-                  and not seq.key.regenerating and len(seq.key.retrievals) < self.method.max_rounds]
+                  and not seq.key.regenerating and len(seq.key.retrievals) < self.retrieval_cap]
         if not judged:
             return
         weights = last_layer_attention(self.decoder, [seq.gen_ids[:len(seq.key.view.pieces)] for seq in judged])

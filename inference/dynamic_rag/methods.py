@@ -42,8 +42,9 @@ qfs_top_n                 25                                     the reference's
                                                                  2Wiki 25, IIRC 35, StrategyQA 35
 fixed_question_first      no                                     FL-RAG and FS-RAG retrieve with the question
                                                                  before generating (Table 3 counts that call)
-max_rounds                5                                      20 (the reference has no cap; the token budget
-                                                                 ends its loop)
+max_rounds                5                                      none of its own: the loop ends by its own tests
+                                                                 (the kept text past the token budget, a round
+                                                                 that adds nothing), within budget + 1 rounds
 ========================  =====================================  ============================================
 
 Progress guarantee (both profiles, ``keep_sentence_after_retrieval``): after a retrieval fired by a trigger (RIND,
@@ -112,7 +113,7 @@ PROFILES: dict[str, dict[str, object]] = {
               "text_rules": "rules", "special_text": "drop", "round_join": "tokens", "word_text": "pieces"},
     "reference": {"rind_attention": "reference", "rind_normalisation": "reference", "content_filter": "after_threshold",
                   "rind_scope": "round", "docs_scope": "next_sentence", "qfs_attention": "reference",
-                  "fixed_question_first": True, "max_rounds": 20, "answer_extraction": "dragin",
+                  "fixed_question_first": True, "max_rounds": None, "answer_extraction": "dragin",
                   "round_budget": "per_round", "truncation": "sentence", "query_cut": "tokens",
                   "text_rules": "authors", "special_text": "keep", "round_join": "authors",
                   "word_text": "tokens"},
@@ -139,7 +140,7 @@ class SharedSettings:
     query: str | None = None
     # documents per retrieval; None: the method's own (3; 1 for the gate's context prompt)
     top_k: int | None = None
-    # Retrieval cap per question; None: the profile's (paper 5, reference 20 = no cap within a 100-token budget)
+    # Retrieval cap per question; None: the profile's (paper 5; reference: none, retrieval_cap below)
     max_rounds: int | None = None
     dragin_profile: Profile = "paper"  # which reading of DRAGIN fills the switches left unset
     # for retrievals a trigger fired: until_replaced, next_sentence (DRAGIN's reference) or next_round (TokenRAG)
@@ -218,7 +219,7 @@ class MethodLogic:
                 if name == "docs_scope" and self.trigger in OWN_DOCS_SCOPE:
                     value = OWN_DOCS_SCOPE[self.trigger]
                 setattr(self, name, value)
-        if (self.top_k is not None and self.top_k <= 0) or self.max_rounds < 0:
+        if (self.top_k is not None and self.top_k <= 0) or (self.max_rounds is not None and self.max_rounds < 0):
             raise ValueError("top_k must be positive; max_rounds non-negative")
         trigger.validate(self)
         query.validate(self)
@@ -240,6 +241,13 @@ class MethodLogic:
         """SR-RAG and FLARE retrieve with the question before generating; FL-RAG and FS-RAG when
         ``fixed_question_first`` (the reference code)."""
         return TRIGGERS.get(self.trigger).retrieves_first(self)
+
+    def retrieval_cap(self, max_new_tokens: int) -> int:
+        """Retrievals per question at most. The reference profile has no cap of its own: every round of the authors'
+        loops adds at least one token to the kept text or ends the loop, and the kept text past ``max_new_tokens``
+        ends it, so it never runs more than ``max_new_tokens + 1`` rounds. (A cap of 20 cut their FS-RAG short:
+        one sentence a round, 34 rounds on a HotpotQA question.)"""
+        return self.max_rounds if self.max_rounds is not None else max_new_tokens + 1
 
     @property
     def round_tokens(self) -> int | None:

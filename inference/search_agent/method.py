@@ -44,8 +44,9 @@ def search_agent_runner(model, tokenizer, retriever: Retriever, method, prompt, 
     """The evaluate command's runner for ``search-r1`` (the signature of its other runners): ``--top_k`` passages
     per search, ``--max_rounds`` searches at most, ``--max_new_tokens`` per turn, ``--batch_size`` rows."""
     resolved = method.resolved()
-    settings = SearchSettings(max_searches=resolved.max_rounds, top_k=resolved.top_k,
-                              turn_max_new_tokens=engine.max_new_tokens or SearchSettings.turn_max_new_tokens,
+    turn_tokens = engine.max_new_tokens or SearchSettings.turn_max_new_tokens
+    settings = SearchSettings(max_searches=resolved.retrieval_cap(turn_tokens), top_k=resolved.top_k,
+                              turn_max_new_tokens=turn_tokens,
                               batch_size=engine.batch_size if isinstance(engine.batch_size, int) else 16)
     agent = SearchAgent(model, tokenizer, retriever, settings)
     return agent.run
