@@ -245,8 +245,8 @@ class MethodLogic:
     def retrieval_cap(self, max_new_tokens: int) -> int:
         """Retrievals per question at most. The reference profile has no cap of its own: every round of the authors'
         loops adds at least one token to the kept text or ends the loop, and the kept text past ``max_new_tokens``
-        ends it, so it never runs more than ``max_new_tokens + 1`` rounds. (A cap of 20 cut their FS-RAG short:
-        one sentence a round, 34 rounds on a HotpotQA question.)"""
+        ends it, so it never runs more than ``max_new_tokens + 1`` rounds. (A cap of 20 stopped the engine's FS-RAG
+        where theirs ran 34 rounds, on a HotpotQA question.)"""
         return self.max_rounds if self.max_rounds is not None else max_new_tokens + 1
 
     @property
