@@ -128,7 +128,8 @@ class DraginReplay:
     def run_one(self, example: QAExample) -> dict:
         m = self.method
         prior, docs, retrievals, after_retrieval = "", [], [], False
-        if m.retrieves_first and m.retrieval_cap(self.max_new_tokens) > 0:
+        cap = m.retrieval_cap(self.max_new_tokens)
+        if m.retrieves_first and cap > 0:
             docs = self._search(example.question, retrievals)
         while True:
             with self._timed("prompts"):
@@ -161,7 +162,7 @@ class DraginReplay:
                     if docs_round and (sentence_end or final):
                         keep = n
                         break
-                    if len(retrievals) < m.retrieval_cap(self.max_new_tokens):
+                    if len(retrievals) < cap:
                         event = check_trigger(view, m, sentence_end=sentence_end, final=final)
                     if event is not None or final:
                         keep = event.keep if event is not None else n

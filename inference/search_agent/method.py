@@ -44,9 +44,11 @@ def search_agent_runner(model, tokenizer, retriever: Retriever, method, prompt, 
     """The evaluate command's runner for ``search-r1`` (the signature of its other runners): ``--top_k`` passages
     per search, ``--max_rounds`` searches at most, ``--max_new_tokens`` per turn, ``--batch_size`` rows."""
     resolved = method.resolved()
-    turn_tokens = engine.max_new_tokens or SearchSettings.turn_max_new_tokens
-    settings = SearchSettings(max_searches=resolved.retrieval_cap(turn_tokens), top_k=resolved.top_k,
-                              turn_max_new_tokens=turn_tokens,
+    # DRAGIN's reference profile leaves max_rounds unset (its loops' own ends bound it); search turns have no such
+    # end, so the search loop's own default caps them
+    searches = resolved.max_rounds if resolved.max_rounds is not None else SearchSettings.max_searches
+    settings = SearchSettings(max_searches=searches, top_k=resolved.top_k,
+                              turn_max_new_tokens=engine.max_new_tokens or SearchSettings.turn_max_new_tokens,
                               batch_size=engine.batch_size if isinstance(engine.batch_size, int) else 16)
     agent = SearchAgent(model, tokenizer, retriever, settings)
     return agent.run
