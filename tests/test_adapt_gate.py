@@ -91,6 +91,30 @@ def test_adapt_token_rule_retrieves_on_ret_only():
     assert gen.prompts[4] == context_prompt("Question b?", passages, max_passage_words=200)
 
 
+class BanningStubGenerator(StubGenerator):
+    """Writes <RET> as the context answer unless the call bans it, as an RL-trained adapter did."""
+
+    def __init__(self):
+        super().__init__()
+        self.bans: list[tuple[str, ...]] = []
+
+    def generate(self, prompts, banned_tokens=()):
+        self.bans.append(tuple(banned_tokens))
+        out = super().generate(prompts)
+        return [Generation("<RET>", 1, g.first_token_probs) if "given the context C" in p and "<RET>" not in
+                banned_tokens else g for p, g in zip(prompts, out)]
+
+
+@pytest.mark.parametrize("ban", [False, True])
+def test_context_ban_ret_keeps_ret_out_of_the_context_answer_only(ban):
+    gen = BanningStubGenerator()
+    gate = AdaptGate(gen, FakeRetriever(), GateConfig(context_ban_ret=ban))
+    recs = _by_id(gate.run(_examples(), "adapt_llm"))
+    # the parametric prompt is never banned from <RET> (it is the decision); the context prompt only when asked
+    assert gen.bans == [(), ("<RET>",) if ban else ()]
+    assert (recs["b"].output, recs["b"].correct) == (("Toulouse", True) if ban else ("<RET>", False))
+
+
 def test_adapt_threshold_rule_and_its_nr_fallback():
     gate, gen, _ = _gate(gate_rule="threshold", ret_threshold=0.35)
     recs = _by_id(gate.run(_examples(), "adapt_llm"))

@@ -60,3 +60,23 @@ def test_generate_texts_puts_bos_once_where_the_tokenizer_adds_one(tiny_model, s
     seen.clear()
     generate_texts(tiny_model, smol_tokenizer, ["Hello there"], max_new_tokens=2)  # SmolLM2 itself: no BOS
     assert seen == [smol_tokenizer("Hello there", add_special_tokens=False)["input_ids"]]
+
+
+def test_banned_tokens_are_never_generated_and_watched_probability_stays_the_models(tiny_model, smol_tokenizer):
+    from adaptive_rag.lm.generation import single_token_ids
+
+    tok = smol_tokenizer
+    prompt = "The capital of France"
+    [free] = generate_texts(tiny_model, tok, [prompt], max_new_tokens=1)
+    ids = tok(prompt, return_tensors="pt", add_special_tokens=False)
+    with torch.no_grad():
+        scores = tiny_model(**ids).logits[0, -1].float()
+    first, second = scores.topk(2).indices.tolist()
+    banned = tok.convert_ids_to_tokens(first)
+    assert free.text == tok.decode([first], skip_special_tokens=False).strip()
+    [gen] = generate_texts(tiny_model, tok, [prompt], max_new_tokens=1, watch_tokens=(banned,),
+                           banned_tokens=(banned, "<not-a-token>"))
+    # the greedy choice is the best token that is not banned; the banned token's reported probability is the model's
+    assert gen.text == tok.decode([second], skip_special_tokens=False).strip()
+    assert abs(gen.first_token_probs[banned] - torch.softmax(scores, -1)[first].item()) < 1e-5
+    assert single_token_ids(tok, (banned, "<not-a-token>")) == (first,)

@@ -46,6 +46,7 @@ def test_forced_rows_are_the_first_of_each_group():
     ({"retrieval_penalty": -1}, "retrieval_penalty and format_reward must be >= 0"),
     ({"explore_ret": 1.0}, r"explore_ret must be in \[0, 1\)"),
     ({"task": "agent"}, "task must be one of gate, search"),
+    ({"context_ban_ret": True, "ret_token": "text"}, "context_ban_ret needs ret_token: special"),
 ])
 def test_task_config_refuses(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -77,15 +78,18 @@ def trainer_for(model, group: int = 4):
 
 @pytest.fixture()
 def context_answers(monkeypatch):
-    """The context prompt's answer is the environment's: a stub that answers every prompt "Paris"."""
+    """The context prompt's answer is the environment's: a stub that answers every prompt "Paris". Gives the prompts
+    it saw and the tokens each call banned."""
     seen: list[str] = []
 
     def answer(model, tokenizer, prompts, **kwargs):
         seen.extend(prompts)
+        bans.append(kwargs.get("banned_tokens", ()))
         return [Generation(" Paris\n\n### Note", 2, {}) for _ in prompts]
 
+    bans: list[tuple[str, ...]] = []
     monkeypatch.setattr(grpo_rollout, "generate_texts", answer)
-    return seen
+    return seen, bans
 
 
 def test_outcomes_of_each_kind_of_decision(ret_tokenizer, fake_retriever, context_answers):
@@ -102,8 +106,17 @@ def test_outcomes_of_each_kind_of_decision(ret_tokenizer, fake_retriever, contex
     assert got["answer"] == ["Paris", "Lyon", "Paris", "Lyon", ""]
     assert got["forced"] == [True, False, False, False, False]
     assert fake_retriever.queries == ["Q0?", "Q2?"]
-    assert context_answers == [context_prompt("Q0?", ["Doc 0 About Q0?."], "paper", 40),
-                               context_prompt("Q2?", ["Doc 0 About Q2?."], "paper", 40)]
+    assert context_answers[0] == [context_prompt("Q0?", ["Doc 0 About Q0?."], "paper", 40),
+                                  context_prompt("Q2?", ["Doc 0 About Q2?."], "paper", 40)]
+    assert context_answers[1] == [()]  # <RET> may answer the context prompt unless context_ban_ret says otherwise
+
+
+def test_context_ban_ret_bans_ret_from_the_environments_answer(ret_tokenizer, fake_retriever, context_answers):
+    tok = ret_tokenizer
+    rollout = GateRollout(tok, fake_retriever, GrpoTaskConfig(context_ban_ret=True), GrpoTrainConfig())
+    ret = tok.convert_tokens_to_ids(RET_TOKEN)
+    rollout.outcomes(tiny_llama(len(tok)), ["Q0?"], [[ret, tok.eos_token_id]], ["eos"], set())
+    assert context_answers[1] == [(RET_TOKEN,)]
 
 
 def test_the_rollout_returns_what_trl_reads(ret_tokenizer, fake_retriever, context_answers):

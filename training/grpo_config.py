@@ -48,6 +48,9 @@ class GrpoTaskConfig:
     ret_token: RetToken = "special"
     max_passage_words: int | None = 40
     answer_max_new_tokens: int = 16  # the context prompt's answer after <RET> (greedy: the environment's step)
+    # <RET> is never the context prompt's answer: that answer is the environment's step, which the loss never sees, so
+    # nothing else keeps the <RET> that RL raises on the parametric prompt out of it (docs/knowing_world.md)
+    context_ban_ret: bool = False
     # A share of each group whose first token is set to <RET> (the rest sampled): a policy that never writes <RET>
     # (a base model) gets retrieval outcomes to compare; 0 = purely on-policy (use it from an ADAPT-LLM adapter).
     # search: the first turn of those rows opens with <search>, and the policy writes the query</search> itself
@@ -70,6 +73,9 @@ class GrpoTaskConfig:
             raise ValueError(f"explore_ret must be in [0, 1), got {self.explore_ret}")
         if self.max_searches < 0:
             raise ValueError(f"max_searches must be >= 0, got {self.max_searches}")
+        if self.context_ban_ret and self.ret_token != "special":
+            raise ValueError("context_ban_ret needs ret_token: special (a <RET> written as text pieces has no one id "
+                             "to ban)")
         for name, allowed in (("task", ("gate", "search")), ("retriever", ("index", "random")),
                               ("ret_token", ("special", "text"))):
             if getattr(self, name) not in allowed:

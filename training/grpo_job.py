@@ -33,8 +33,9 @@ logger = logging.getLogger(__name__)
 
 # Settings a resumed run must share with the checkpoints it continues (the others may change, e.g. max_steps).
 RESUME_KEYS = ("base_model", "task", "dataset", "start", "limit", "shuffle_seed", "world_seed", "retriever",
-               "retrieval_penalty", "format_reward", "ret_token", "explore_ret", "init_adapter", "finetune", "lora_r",
-               "num_generations", "questions_per_step", "learning_rate", "beta", "temperature", "seed")
+               "retrieval_penalty", "format_reward", "ret_token", "context_ban_ret", "explore_ret", "init_adapter",
+               "finetune", "lora_r", "num_generations", "questions_per_step", "learning_rate", "beta", "temperature",
+               "seed")
 
 
 class RandomRetriever:

@@ -109,7 +109,8 @@ class GateRollout:
             model.eval()
             try:
                 gens = generate_texts(model, self.tokenizer, prompts, max_new_tokens=self.task.answer_max_new_tokens,
-                                      batch_size=self.train.rollout_batch_size, shared_head=False)
+                                      batch_size=self.train.rollout_batch_size, shared_head=False,
+                                      banned_tokens=(RET_TOKEN,) if self.task.context_ban_ret else ())
             finally:
                 model.train(was_training)
             for i, gen in zip(rows, gens):

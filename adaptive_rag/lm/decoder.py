@@ -99,7 +99,7 @@ class BatchDecoder:
     def __init__(self, model, tokenizer, *, reduce: HeadReduce = "mean", stop_token_ids: set[int] | None = None,
                  capture: bool = True, watch_token_ids: tuple[int, ...] = (),
                  shared_prefix_ids: list[int] | None = None, max_batch: int = 0, packed_linears: bool = True,
-                 head_once: bool | None = None):
+                 head_once: bool | None = None, banned_token_ids: tuple[int, ...] = ()):
         self.model, self.tokenizer = model, tokenizer
         # every model call below runs inside ``with self.linears`` (bf16 on a CPU: weights prepacked once)
         self.linears = linear_packing(model, enabled=packed_linears)
@@ -120,6 +120,9 @@ class BatchDecoder:
         self.has_head: torch.Tensor | None = None  # (B,) bool: the row starts with the shared head (not in the cache)
         self.forward_passes = 0
         self.watch_token_ids = tuple(watch_token_ids)  # their first-step probabilities go to Sequence.first_probs
+        # never chosen (ADAPT-LLM's <RET> in the answer to the context prompt); watched probabilities stay the model's
+        self.banned_ids = (torch.tensor(sorted(set(banned_token_ids)), device=self.device)
+                           if banned_token_ids else None)
         self.profile: Profile | None = None  # attach one to time prefill, decode steps and cache reshuffles
         # decode steps score the shared head once for the batch (False: each row's cache holds a copy and SDPA reads
         # it per row). None: once in float32, and in other dtypes at batches of 32 rows and more: SDPA's fused bf16
@@ -225,7 +228,11 @@ class BatchDecoder:
 
     # -- model calls -------------------------------------------------------------------------------------
     def _choose(self, logits: torch.Tensor, logp: torch.Tensor | None = None):
-        """Next token, its probability and the entropy, greedy or by ``self.sampler``: (B, V) -> three (B,)."""
+        """Next token, its probability and the entropy, greedy or by ``self.sampler``: (B, V) -> three (B,).
+        Banned tokens get the lowest finite logit, so the probability and entropy are those of what can be chosen."""
+        if self.banned_ids is not None:
+            logits = logits.float().index_fill(-1, self.banned_ids, torch.finfo(torch.float32).min)
+            logp = None
         if self.sampler is not None:
             return self.sampler.choose(logits)
         return _entropy_and_choice(logits) if logp is None else _choice_from_logp(logp)

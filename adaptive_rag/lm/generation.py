@@ -44,6 +44,13 @@ class Generator(Protocol):
     def generate(self, prompts: Sequence[str | Prompt]) -> list[Generation]: ...
 
 
+def single_token_ids(tokenizer, tokens: tuple[str, ...]) -> tuple[int, ...]:
+    """The ids of those ``tokens`` that are one token of the vocabulary (added tokens included); the others have
+    no id to ban or watch and are left out."""
+    vocab = tokenizer.get_vocab()
+    return tuple(vocab[t] for t in tokens if t in vocab)
+
+
 def chat_prompt(tokenizer, user: str, system: str | None = None) -> str:
     """The text a chat model expects before its answer; plain ``user`` text for models without a template."""
     if not getattr(tokenizer, "chat_template", None):
@@ -61,14 +68,17 @@ def render_prompt(tokenizer, prompt: str | Prompt) -> str:
 
 def generate_texts(model, tokenizer, prompts: list[str], *, max_new_tokens: int = 32, batch_size: int = 16,
                    watch_tokens: tuple[str, ...] = (), show_progress: bool = False,
-                   stop_at_newline: bool = False, shared_head: bool = True) -> list[Generation]:
+                   stop_at_newline: bool = False, shared_head: bool = True,
+                   banned_tokens: tuple[str, ...] = ()) -> list[Generation]:
     """Greedy continuations of ``prompts`` (already formatted text) on the engine's decoder, without signals.
 
     Continuous batching: at most ``batch_size`` prompts decode together, and a prompt that finishes frees its slot
     for the next one at once (longest prompts first, so a batch holds similar lengths). ``watch_tokens`` names
     tokens (e.g. ``"<RET>"``) whose first-step probability is reported, so a gate's threshold can be swept without
-    generating again. ``shared_head``: the prompts' common start (few-shot demos, an instruction preamble) is
-    prefilled once and its KV cache reused by every prompt (:func:`adaptive_rag.lm.decoder.shared_head_ids`).
+    generating again. ``banned_tokens``: tokens never generated (those that are one token of the vocabulary; their
+    first-step probability, when watched, is still the model's). ``shared_head``: the prompts' common start (few-shot
+    demos, an instruction preamble) is prefilled once and its KV cache reused by every prompt
+    (:func:`adaptive_rag.lm.decoder.shared_head_ids`).
     """
     from adaptive_rag.lm.decoder import BatchDecoder, Sequence, shared_head_ids, stop_token_ids
 
@@ -76,7 +86,8 @@ def generate_texts(model, tokenizer, prompts: list[str], *, max_new_tokens: int 
         raise ValueError(f"batch_size and max_new_tokens must be >= 1, got {batch_size} and {max_new_tokens}")
     watch_ids = {t: tokenizer.convert_tokens_to_ids(t) for t in watch_tokens}
     decoder = BatchDecoder(model, tokenizer, capture=False, stop_token_ids=stop_token_ids(tokenizer),
-                           watch_token_ids=tuple(watch_ids.values()), max_batch=batch_size)
+                           watch_token_ids=tuple(watch_ids.values()), max_batch=batch_size,
+                           banned_token_ids=single_token_ids(tokenizer, banned_tokens))
     encoded = batch_prompt_ids(tokenizer, prompts)  # BOS once where the tokenizer adds one (Llama-2), none on SmolLM2
     queue = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))  # pop() takes the longest
     if shared_head and len(prompts) > 1:
@@ -133,11 +144,11 @@ class LMGenerator:
     def render(self, prompt: str | Prompt) -> str:
         return render_prompt(self.tokenizer, prompt)
 
-    def generate(self, prompts: Sequence[str | Prompt]) -> list[Generation]:
+    def generate(self, prompts: Sequence[str | Prompt], banned_tokens: tuple[str, ...] = ()) -> list[Generation]:
         gens = generate_texts(self.model, self.tokenizer, [self.render(p) for p in prompts],
                               max_new_tokens=self.max_new_tokens, batch_size=self.batch_size,
                               watch_tokens=self.watch_tokens, show_progress=self.show_progress,
-                              stop_at_newline=self.stop_at_newline)
+                              stop_at_newline=self.stop_at_newline, banned_tokens=banned_tokens)
         self.generated_tokens += sum(g.num_tokens for g in gens)
         self.forward_passes += sum(g.forward_passes for g in gens)
         return gens

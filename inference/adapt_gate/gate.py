@@ -81,6 +81,8 @@ class GateConfig:
     ret_watch: str = RET_TOKEN  # the token whose first-step probability is p(<RET>) (ret_token.RetSignal.watch)
     context_source: ContextSource = "retrieve"  # retrieve with the question, or the question's own passage (file)
     passage_title: bool = True  # a retrieved passage as "title text" (the authors' Contriever passages hold it)
+    # <RET> is never the answer to the context prompt (the authors' evaluation lets it through, and scores it wrong)
+    context_ban_ret: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in GATE_POLICIES:
@@ -211,11 +213,13 @@ class AdaptGate:
             self._closed_book([r for r in recs if r.popularity >= cfg.popularity_threshold])
         return redecide(recs, "adapt_llm" if policy == "sweep" else policy, cfg, self.judge)
 
-    def generate(self, prompts: list[str]) -> list[Generation]:
-        """The generator's continuations, each cut to its answer part."""
+    def generate(self, prompts: list[str], banned_tokens: tuple[str, ...] = ()) -> list[Generation]:
+        """The generator's continuations, each cut to its answer part; ``banned_tokens`` are never generated."""
         if not prompts:
             return []
-        return [replace(g, text=response_text(g.text)) for g in self.generator.generate(prompts)]
+        gens = (self.generator.generate(prompts, banned_tokens=banned_tokens) if banned_tokens
+                else self.generator.generate(prompts))  # a generator without bans is still a Generator
+        return [replace(g, text=response_text(g.text)) for g in gens]
 
     def _parametric(self, recs: list[GateRecord]) -> None:
         gens = self.generate([parametric_prompt(r.question, self.cfg.prompt_variant) for r in recs])
@@ -240,7 +244,8 @@ class AdaptGate:
         prompts = []
         for rec, passages in zip(recs, self._passages(recs)):
             prompts.append(context_prompt(rec.question, passages, self.cfg.prompt_variant, self.cfg.max_passage_words))
-        for rec, gen in zip(recs, self.generate(prompts)):
+        banned = (RET_TOKEN,) if self.cfg.context_ban_ret else ()
+        for rec, gen in zip(recs, self.generate(prompts, banned)):
             rec.context_output = gen.text
             rec.generated_tokens += gen.num_tokens
             rec.forward_passes += gen.forward_passes

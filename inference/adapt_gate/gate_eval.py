@@ -68,6 +68,9 @@ class GateMethodConfig:
     # the context prompt's passage: retrieved with the question (--top_k of them, title and text), or the one the
     # question's file ships (the authors' PopQA file: its precomputed Contriever passage, title included)
     gate_context_source: ContextSource = "retrieve"
+    # never let <RET> be the answer to the context prompt (off: as the authors evaluate; docs/knowing_world.md shows an
+    # RL-trained gate that answers it with <RET>)
+    gate_context_ban_ret: bool = False
 
     RENAMED: ClassVar[dict[str, str]] = {"gate_k": "top_k (passages per context prompt, 1 unless set)"}
 
@@ -84,7 +87,7 @@ class GateMethodConfig:
         return GateConfig(policy=GATE_METHODS[method], gate_rule=self.gate_rule, ret_threshold=self.ret_threshold,
                           popularity_threshold=self.popularity_threshold, top_k=top_k,
                           prompt_variant=self.gate_prompt_variant, max_passage_words=self.gate_max_passage_words,
-                          context_source=self.gate_context_source)
+                          context_source=self.gate_context_source, context_ban_ret=self.gate_context_ban_ret)
 
 
 def inner_method(method: MethodConfig, gate: GateMethodConfig) -> MethodConfig | None:

@@ -78,6 +78,7 @@ GATE_KNOB_RULES: dict[str, Callable[[dict], bool]] = {
     "gate_inner": lambda c: c["method"] in RETRIEVING_GATES,
     "gate_context_source": lambda c: c["method"] in RETRIEVING_GATES,
     "gate_max_passage_words": _single_context,
+    "gate_context_ban_ret": _single_context,
 }
 READ_BY_EVERY_GATE = frozenset({"gate_prompt_variant", "gate_max_new_tokens", "gate_all_answers"})
 METHOD_KNOBS = frozenset(f.name for f in dataclasses.fields(MethodConfig)) - {"method"}
