@@ -114,3 +114,17 @@ def test_rows_per_head_and_the_prompt_row_match_full_forward(tiny_model, smol_to
     one = Sequence(0, [5, 6, 7, 8, 9], max_new_tokens=1)
     mean_dec.admit([one])
     assert torch.allclose(one.prompt_row, seqs[0].prompt_row.mean(dim=0), atol=1e-6)
+
+
+def test_banned_tokens_are_never_chosen_greedy_or_sampled(tiny_model, smol_tokenizer):
+    from adaptive_rag.lm.sampling import Sampler
+
+    dec = BatchDecoder(tiny_model, smol_tokenizer, capture=False, banned_token_ids=(1,))
+    logits = torch.tensor([[0.0, 10.0, 0.0, 0.0]])
+    token, prob, entropy = dec._choose(logits)
+    # the three tokens left are equally likely: greedy takes the first; probability and entropy are theirs
+    assert int(token[0]) == 0 and abs(float(prob[0]) - 1 / 3) < 1e-6
+    assert abs(float(entropy[0]) - torch.log(torch.tensor(3.0)).item()) < 1e-5
+    dec.sampler = Sampler(temperature=0.5, top_p=0.9, seed=0)
+    drawn = {int(dec._choose(logits.repeat(64, 1))[0][i]) for i in range(64)}
+    assert 1 not in drawn and drawn <= {0, 2, 3}
