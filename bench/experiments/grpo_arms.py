@@ -63,8 +63,10 @@ def table(arms: dict[str, dict[str, dict[str, float]]], labels: dict[str, str]) 
         share = [rows[i]["retrieved"] for i in ids]
         cells = [_ci(sum(acc) / len(acc), *bootstrap_ci(acc)), _ci(sum(share) / len(share), *bootstrap_ci(share))]
         known = [i for i in ids if i in labels]
-        auc = auroc_ci([rows[i]["score"] for i in known], [labels[i] == "unknown" for i in known]) \
-            if known and name not in ("oracle", "nr", "ar", "nr_base", "ar_base") else None
+        scores = [rows[i]["score"] for i in known]
+        # a decision that is the same for every question (NR, AR, a gate that never retrieves) ranks nothing
+        auc = auroc_ci(scores, [labels[i] == "unknown" for i in known]) \
+            if known and name != "oracle" and len(set(scores)) > 1 else None
         cells.append(_ci(*auc) if auc else "-")
         for ref in refs:
             cells.append(_ci(*paired_diff_ci(acc, [arms[ref][i]["acc"] for i in ids]))
