@@ -2,7 +2,8 @@
 # The knowing model and its four claims for one world seed (docs/knowing_world.md):
 #   bash bench/experiments/knowing_claims.sh 0      # then: bash bench/experiments/knowing_claims.sh 1
 # Extra arguments go to the knowing-model build (e.g. --n_trained 9 --train_wordings 1 on a loaded machine).
-# Every step resumes: rerun the same line after an interruption.
+# Every step resumes: rerun the same line after an interruption. UNTIL=claim1 stops after claim 1's NR / AR / ADAPT-LLM
+# evaluations (what the GRPO designs, bench/experiments/grpo_knowing_v2.sh, start from).
 set -euo pipefail
 SEED=${1:-0}
 shift || true
@@ -17,6 +18,7 @@ for m in nr ar adapt-llm; do
         --world_seed "$SEED" --index "$K/bm25" --gate_max_passage_words 40 --show_progress false \
         --output_dir "$K/claims/adapt/$m"
 done
+[ "${UNTIL:-}" = claim1 ] && exit 0
 # Claim 2: DRAGIN and the five baselines on the bridges; claim 3: Iter-RetGen T=1 vs T=2 (second hop unknown)
 python -m inference.commands.sweep bench/experiments/knowing_six_methods.yaml --world_seed "$SEED" --model "$K/model" \
     --index "$K/bm25" --output_dir "$K/claims/dynamic"
