@@ -43,6 +43,10 @@ LAZY_OK: dict[tuple[str, str], str] = {
     ("inference.commands.reproduce_report", "inference.commands.eval_folder"): "torch, only for the ADAPT-LLM table",
     ("training.adapt_llm", "training.adapt_llm_eval"): "torch: after the arguments parse and are checked",
     ("training.adapt_llm", "training.lora_sft"): "torch + trl + peft: after the arguments parse and are checked",
+    ("training.search_sft", "adaptive_rag.lm.models"): "torch + transformers: after the arguments are checked",
+    ("training.search_sft", "inference.search_agent.loop"): "torch: after the arguments parse and are checked",
+    ("training.search_sft", "training.lora_sft"): "torch + trl + peft: after the arguments parse and are checked",
+    ("training.search_sft", "training.search_warmstart"): "torch (the gate's passage format): after the checks",
     # the report renders recorded runs: no torch, and matplotlib only when figures are drawn
     ("inference.commands.report", "inference.commands.knobs"): "torch (method registry), only for sweep summaries",
     ("inference.commands.report", "inference.commands.popularity_threshold"): "torch, only for gate popularity rows",

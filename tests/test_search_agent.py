@@ -167,3 +167,24 @@ def test_the_evaluate_command_runs_search_r1_as_a_method(monkeypatch, smol_token
     (rec,) = run([QAExample("q1", "Which fox?", ["red"])])
     assert rec.output == "Red" and fake_retriever.queries == ["fox"]
     assert [r.doc_ids for r in rec.retrievals] == [["doc-1-0", "doc-1-1"]]
+
+
+def test_search_r1_cuts_each_passage_to_search_max_passage_words(monkeypatch, smol_tokenizer, fake_retriever):
+    """``--search_max_passage_words`` reaches the <information> block (the GRPO recipe and the warm start cut at 40)."""
+    from inference.commands.evaluate import method_runner
+    from inference.dynamic_rag.engine import EngineConfig
+    from inference.dynamic_rag.methods import MethodConfig
+    from inference.dynamic_rag.prompts import PromptConfig
+
+    script = TurnScript(smol_tokenizer, [" <search> fox </search>", " <answer> Red </answer>"])
+    monkeypatch.setattr(loop_module, "decode_until", script)
+    run = method_runner(None, smol_tokenizer, fake_retriever,
+                        MethodConfig(method="search-r1", top_k=1, search_max_passage_words=2),
+                        PromptConfig(), EngineConfig(max_new_tokens=16, batch_size=2))
+    run([QAExample("q1", "Which fox?", ["red"])])
+    first = continuation_ids(smol_tokenizer, " <search> fox </search>")
+    context = script.calls[1][0]
+    shown = smol_tokenizer.decode(context[-(len(context) - len(script.calls[0][0]) - len(first)):])
+    assert "Doc 1: Doc 0</information>" in shown  # "Doc 0 About fox." cut to its first two words
+    with pytest.raises(ValueError, match="search_max_passage_words"):
+        MethodConfig(method="search-r1", search_max_passage_words=0)

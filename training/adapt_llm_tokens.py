@@ -52,9 +52,19 @@ def tokenize_instances(tokenizer: Any, prompts: list[str], completions: list[str
 
 
 def tokenize_split(dataset: Dataset, tokenizer: Any, batch_size: int = 256, max_length: int | None = None) -> Dataset:
-    """A prompt/completion split as trl's processed format (only the two tokenized columns remain), each instance cut
+    """A prompt/completion split as trl's processed format (only the two tokenized columns remain; a split that already
+    holds ``input_ids`` and ``completion_mask`` keeps them as they are), each instance cut
     to its first ``max_length`` tokens as trl's ``truncation_mode="keep_start"`` cuts it (trl takes no
     ``max_length`` with padding-free batching, so the cut is made here for every run)."""
+
+    if "input_ids" in dataset.column_names:  # built as ids already (the search warm start's masked trajectories)
+        def encode(batch):
+            out = {name: batch[name] for name in ("input_ids", "completion_mask")}
+            if max_length is not None:
+                out = {name: [row[:max_length] for row in rows] for name, rows in out.items()}
+            return out
+        return dataset.map(encode, batched=True, batch_size=batch_size, remove_columns=dataset.column_names,
+                           keep_in_memory=True, desc="cutting to max_length")
 
     def encode(batch):
         out = tokenize_instances(tokenizer, batch["prompt"], batch["completion"])

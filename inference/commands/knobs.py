@@ -51,6 +51,7 @@ METHOD_KNOB_RULES: dict[str, Callable[[dict], bool]] = {
     "sampling_seed": lambda m: m["method"] in ENGINE_METHODS and m.get("sampling") == "checkpoint",
     "reference_config": lambda m: m["method"] in ENGINE_METHODS and m.get("dragin_profile") == "reference",
     "iterations": lambda m: m["method"] == "iter-retgen",
+    "search_max_passage_words": lambda m: m["method"] == "search-r1",
     "top_k": lambda m: m["trigger"] != "never",
     "max_rounds": lambda m: m["trigger"] != "never" and m["method"] != "iter-retgen",
     "query_max_words": lambda m: m["trigger"] != "never" and m["method"] != "iter-retgen",

@@ -184,6 +184,9 @@ class SharedSettings:
     # inference/dynamic_rag/token_words.py. None: the profile's (paper: pieces, reference: tokens)
     word_text: Literal["pieces", "tokens"] | None = None
     iterations: int = 2  # Iter-RetGen's T
+    # search-r1: each passage inside <information> cut to this many words (as the GRPO search task's
+    # max_passage_words and the warm start cut them); None: whole passages
+    search_max_passage_words: int | None = 60
     # greedy; or checkpoint: sample as the model's generation_config.json says (the authors' generate calls never
     # pass do_sample=False: Llama-2 chat samples at T 0.6, top-p 0.9), seeded; entropies then of the processed scores
     sampling: Literal["greedy", "checkpoint"] = "greedy"
@@ -221,6 +224,8 @@ class MethodLogic:
                 setattr(self, name, value)
         if (self.top_k is not None and self.top_k <= 0) or (self.max_rounds is not None and self.max_rounds < 0):
             raise ValueError("top_k must be positive; max_rounds non-negative")
+        if self.search_max_passage_words is not None and self.search_max_passage_words < 1:
+            raise ValueError(f"search_max_passage_words must be >= 1 or null, got {self.search_max_passage_words}")
         trigger.validate(self)
         query.validate(self)
 

@@ -42,13 +42,15 @@ class SearchAgent:
 
 def search_agent_runner(model, tokenizer, retriever: Retriever, method, prompt, engine):
     """The evaluate command's runner for ``search-r1`` (the signature of its other runners): ``--top_k`` passages
-    per search, ``--max_rounds`` searches at most, ``--max_new_tokens`` per turn, ``--batch_size`` rows."""
+    per search, ``--max_rounds`` searches at most, ``--max_new_tokens`` per turn, ``--batch_size`` rows,
+    ``--search_max_passage_words`` words per passage."""
     resolved = method.resolved()
     # DRAGIN's reference profile leaves max_rounds unset (its loops' own ends bound it); search turns have no such
     # end, so the search loop's own default caps them
     searches = resolved.max_rounds if resolved.max_rounds is not None else SearchSettings.max_searches
     settings = SearchSettings(max_searches=searches, top_k=resolved.top_k,
                               turn_max_new_tokens=engine.max_new_tokens or SearchSettings.turn_max_new_tokens,
-                              batch_size=engine.batch_size if isinstance(engine.batch_size, int) else 16)
+                              batch_size=engine.batch_size if isinstance(engine.batch_size, int) else 16,
+                              max_passage_words=method.search_max_passage_words)
     agent = SearchAgent(model, tokenizer, retriever, settings)
     return agent.run

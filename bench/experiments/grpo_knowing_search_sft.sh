@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The search warm start, then multi-turn GRPO from it, on the knowing model (docs/knowing_world.md, "The search warm
+# start"), for one world seed, after UNTIL=claim1 bash bench/experiments/knowing_claims.sh <seed>:
+#   OMP_NUM_THREADS=1 bash bench/experiments/grpo_knowing_search_sft.sh 0      # then: ... 1
+# STAGES="sft" runs the warm start and its evaluation only. Every step resumes (GRPO from its checkpoints).
+set -euo pipefail
+SEED=${1:-0}
+K=runs/knowing/seed$SEED
+S=$K/claims/search_sft
+# Search-R1's protocol as the GRPO search recipe runs it: BM25 top 3, at most 2 searches, 32 tokens a turn, 40 words
+EVAL=(--method search-r1 --dataset knowing-adapt --world_seed "$SEED" --index "$K/bm25" --top_k 3 --max_rounds 2
+      --max_new_tokens 32 --search_max_passage_words 40 --show_progress false)
+python training/search_sft.py bench/experiments/knowing_search_sft.yaml --world_seed "$SEED" --base_model "$K/model" \
+    --data_dir "$S/data" --output_dir "$S/model"
+python -m inference.commands.evaluate --model "$S/model" "${EVAL[@]}" --output_dir "$S/eval"
+arms=(--arm nr="$K/claims/adapt/nr" --arm ar="$K/claims/adapt/ar" --arm supervised="$K/claims/adapt/adapt-llm"
+      --arm search_sft="$S/eval")
+if [ "${STAGES:-sft rl}" != sft ]; then
+    python training/grpo.py bench/experiments/grpo_knowing_search.yaml --world_seed "$SEED" --base_model "$K/model" \
+        --index "$K/bm25" --init_adapter "$S/model" --output_dir "$S/grpo"
+    python -m inference.commands.evaluate --model "$S/grpo" "${EVAL[@]}" --output_dir "$S/grpo/eval"
+    arms+=(--arm search_sft_rl="$S/grpo/eval")
+fi
+python bench/experiments/grpo_arms.py "${arms[@]}" --out "$S/arms.md"

@@ -1,0 +1,105 @@
+"""The search policy's supervised warm start: Algorithm 1's labels written in Search-R1's protocol, LoRA-trained.
+
+    python training/search_sft.py training/configs/search_sft_demo_cpu.yaml
+    python training/search_sft.py bench/experiments/knowing_search_sft.yaml --world_seed 0 \\
+        --base_model runs/knowing/seed0/model --data_dir runs/knowing/seed0/claims/search_sft/data \\
+        --output_dir runs/knowing/seed0/claims/search_sft/model
+
+Then the policy is the evaluate command's ``search-r1`` method (``--method search-r1 --model OUTPUT_DIR``) and the
+starting point of the multi-turn GRPO job (``training/grpo.py ... --task search --init_adapter OUTPUT_DIR``).
+
+Arguments: ``[CONFIG.yaml] [--field value ...]`` over ``BaseModelConfig`` (the model asked closed-book and
+fine-tuned), ``AdaptDataConfig`` (Algorithm 1's questions, judge and passage cut: ``data_builders/adapt_llm.py``),
+``AdaptTrainConfig`` (the LoRA recipe: ``training/adapt_llm_config.py``; ``ret_token: text``, since the policy writes
+tags, not ``<RET>``) and :class:`SearchSftConfig`.
+
+Stages, each resumable: (1) Algorithm 1 into ``data_dir`` (the closed-book pass; ``closed_book.jsonl`` resumes),
+(2) its labels as trajectories (:mod:`training.search_warmstart`) into ``data_dir/search_dataset``, (3) LoRA SFT into
+``output_dir`` (the ADAPT-LLM trainer: checkpoints, resume, adapter check), with ``search_sft.json`` counting what was
+trained on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from adaptive_rag.lm.base_model import BaseModelConfig
+from adaptive_rag.plumbing.cli import run_cli
+from adaptive_rag.plumbing.config import parse_config
+from adaptive_rag.plumbing.errors import ConfigError
+from data_builders.adapt_llm import AdaptDataConfig, load_source, save_dataset
+from data_builders.question_loader import check_dataset
+from inference.commands.eval_checks import check_model_name, check_output_dir
+from training.adapt_llm import build_data
+from training.adapt_llm_config import AdaptTrainConfig
+
+
+@dataclass
+class SearchSftConfig:
+    # The prompt as the user turn of the model's chat template: as the GRPO search task's search_chat and the
+    # search-r1 method build it (a model without a template gets the plain text either way)
+    search_chat: bool = True
+
+
+CONFIG_TYPES = (BaseModelConfig, AdaptDataConfig, AdaptTrainConfig, SearchSftConfig)
+
+
+def parse(argv: list[str]) -> tuple[BaseModelConfig, AdaptDataConfig, AdaptTrainConfig, SearchSftConfig]:
+    return parse_config(CONFIG_TYPES, argv, prog="training/search_sft.py")
+
+
+def check_inputs(model_cfg: BaseModelConfig, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig) -> None:
+    """Everything checked before a model loads, each mistake in one line."""
+    if data_cfg.mode != "adapt":
+        raise ConfigError(f"mode {data_cfg.mode}: the warm start is written from Algorithm 1's labels; set mode adapt")
+    if train_cfg.ret_token != "text":
+        raise ConfigError("the search policy writes tags, not <RET>: set ret_token text (nothing is added to the "
+                          "tokenizer)")
+    check_model_name(model_cfg.base_model, flag="--base_model")
+    check_dataset(data_cfg.question_set(), data_cfg.dataset_format)
+    for flag, folder in (("--data_dir", data_cfg.data_dir), ("--output_dir", train_cfg.output_dir)):
+        check_output_dir(folder, flag=flag)
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    model_cfg, data_cfg, train_cfg, search_cfg = parse(list(sys.argv[1:] if argv is None else argv))
+    check_inputs(model_cfg, data_cfg, train_cfg)
+    # torch, trl and peft load after the arguments are checked
+    from accelerate import PartialState
+
+    from adaptive_rag.lm.models import load_tokenizer
+    from inference.search_agent.loop import SearchSettings
+    from training.lora_sft import train_adapt
+    from training.search_warmstart import labels_of, search_dataset
+
+    state = PartialState()
+    known, splits = labels_of(build_data(model_cfg, data_cfg, state))
+    tokenizer = load_tokenizer(model_cfg.base_model)
+    settings = SearchSettings(chat=search_cfg.search_chat, max_passage_words=data_cfg.max_passage_words)
+    dsd = search_dataset(tokenizer, load_source(data_cfg), known, splits, settings)
+    if state.is_main_process:
+        save_dataset(dsd, Path(data_cfg.data_dir) / "search_dataset")
+    counts = {name: {"instances": len(ds), "searched": sum(k == "search_retrieve" for k in ds["kind"])}
+              for name, ds in dsd.items()}
+    state.print(f"warm-start trajectories: {counts}")
+    metrics = train_adapt(data_cfg, train_cfg, dsd, extra_configs=(search_cfg,), model=model_cfg)
+    if state.is_main_process:
+        summary = {"protocol": "search-r1", "splits": counts, "train_loss": metrics.get("train_loss"),
+                   "adapter": metrics.get("adapter")}
+        (Path(train_cfg.output_dir) / "search_sft.json").write_text(json.dumps(summary, indent=2) + "\n")
+        print(f"trained: loss {metrics.get('train_loss', float('nan')):.4f} -> {train_cfg.output_dir}\n"
+              f"evaluate: python -m inference.commands.evaluate --method search-r1 --model {train_cfg.output_dir} "
+              f"--dataset ...")
+
+
+def cli() -> int:
+    return run_cli(main)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

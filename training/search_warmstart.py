@@ -1,0 +1,107 @@
+"""A supervised warm start for the multi-turn search policy: ADAPT-LLM's Algorithm 1 written in Search-R1's protocol.
+
+Search-R1 starts RL from instruction models that already follow its tags; a small model answers the protocol's prompt
+with a bare answer, never ``<search>`` or ``<answer>``, so every reward is 0 and GRPO has nothing to compare
+(docs/knowing_world.md). This builds what such a model lacks from Algorithm 1's labels (the closed-book pass of
+:mod:`data_builders.adapt_llm`, same judge):
+
+* answered correctly closed-book: the prompt, then ``<answer> gold </answer>`` (no search);
+* answered wrongly: ``<search> question </search>``, the environment's ``<information>`` block holding the gold
+  passage (cut around the answer, as Algorithm 1's context instance), then ``<answer> gold </answer>``.
+
+The prompt is exactly the one the rollout and the ``search-r1`` method build (:func:`inference.search_agent.loop.
+first_ids`), and the ``<information>`` ids exactly the environment's (:func:`~adaptive_rag.lm.tokenization.
+continuation_ids` of :func:`~inference.search_agent.protocol.information_block`). Those ids are masked out of the
+loss (``completion_mask`` 0), as the rollout masks them (``env_mask`` 0): the model learns to write the tags, the query
+and the answer, never the passages. Nothing here loads a model; the job is ``training/search_sft.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+from datasets import Dataset, DatasetDict
+
+from adaptive_rag.lm.tokenization import continuation_ids
+from adaptive_rag.plumbing.errors import DataError
+from adaptive_rag.plumbing.records import QAExample
+from data_builders.adapt_llm_prompts import answer_window
+from inference.adapt_gate.gate import passage_with_title
+from inference.search_agent.loop import SearchSettings, first_ids
+from inference.search_agent.protocol import (
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    SEARCH_CLOSE,
+    SEARCH_OPEN,
+    information_block,
+    search_prompt,
+)
+
+KINDS = ("search_answer", "search_retrieve")  # answered from memory / searched first
+COLUMNS = ("prompt", "completion", "kind", "question_id", "input_ids", "completion_mask")
+
+
+def answer_turn(answer: str) -> str:
+    return f"{ANSWER_OPEN} {' '.join(answer.split())} {ANSWER_CLOSE}"
+
+
+def search_turn(query: str) -> str:
+    return f"{SEARCH_OPEN} {' '.join(query.split())} {SEARCH_CLOSE}"
+
+
+def gold_information(ex: QAExample, max_passage_words: int | None) -> list[str]:
+    """The gold passages as the environment shows passages (title, then text), each cut around the answer."""
+    return [passage_with_title(SimpleNamespace(title=getattr(p, "title", ""),
+                                               text=answer_window(p, max_passage_words, ex.answers).text))
+            for p in ex.gold_passages]
+
+
+def segments(ex: QAExample, known: bool, max_passage_words: int | None) -> list[tuple[str, int]]:
+    """The completion as (text, written by the policy: 1 / by the environment: 0) pieces, in order."""
+    answer = answer_turn(ex.answers[0])
+    if known:
+        return [(answer, 1)]
+    return [(search_turn(ex.question), 1), (information_block(gold_information(ex, max_passage_words)), 0),
+            (answer, 1)]
+
+
+def instance(tokenizer: Any, ex: QAExample, known: bool, settings: SearchSettings) -> dict[str, Any]:
+    """One training row: the readable prompt and completion, and the ids trl trains on (``completion_mask`` 1 on the
+    policy's ids and the closing EOS, 0 on the prompt and on the ``<information>`` block)."""
+    if not ex.answers or not ex.answers[0].strip():
+        raise DataError("a question without a gold answer cannot be written as a trajectory", record=ex.id)
+    if not known and not ex.gold_passages:
+        raise DataError("a question answered wrongly closed-book needs a gold passage for its <information> block",
+                        record=ex.id)
+    pieces = segments(ex, known, settings.max_passage_words)
+    head = first_ids(tokenizer, ex.question, settings)
+    ids, mask = list(head), [0] * len(head)
+    for text, policy in pieces:
+        piece = continuation_ids(tokenizer, text)
+        ids += piece
+        mask += [policy] * len(piece)
+    if tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+        mask.append(1)
+    return {"prompt": search_prompt(ex.question), "completion": "".join(t for t, _ in pieces),
+            "kind": KINDS[0] if known else KINDS[1], "question_id": ex.id, "input_ids": ids, "completion_mask": mask}
+
+
+def search_dataset(tokenizer: Any, examples: Sequence[QAExample], known_ids: set[str], splits: dict[str, set[str]],
+                   settings: SearchSettings) -> DatasetDict:
+    """The warm-start rows of ``examples`` (``known_ids``: answered correctly closed-book), split as Algorithm 1's
+    dataset splits its questions (``splits``: split name -> question ids), so one question stays on one side."""
+    rows = {name: [instance(tokenizer, ex, ex.id in known_ids, settings) for ex in examples if ex.id in ids]
+            for name, ids in splits.items()}
+    if not rows.get("train"):
+        raise DataError("no training question for the search warm start")
+    return DatasetDict({name: Dataset.from_dict({c: [r[c] for r in part] for c in COLUMNS})
+                        for name, part in rows.items()})
+
+
+def labels_of(dsd: DatasetDict) -> tuple[set[str], dict[str, set[str]]]:
+    """From Algorithm 1's DatasetDict: the questions answered correctly closed-book, and each split's questions."""
+    known = {q for ds in dsd.values() for q, k in zip(ds["question_id"], ds["kind"]) if k == "parametric_answer"}
+    return known, {name: set(ds["question_id"]) for name, ds in dsd.items()}
