@@ -46,6 +46,8 @@ BEFORE = {
         (192, "b29f4cd3da9c0115541a20c9e3b9c0cb8ee4c7ea5699da5246a681730eedf2a7"),
     "training/configs/adapt_llm_demo_cpu.yaml:eval":
         (94, "3415cf3dcb2479873bade59230ea890be0f58fcea694729b947c8c99eb679f3f"),
+    "training/configs/search_sft_demo_cpu.yaml":  # the ADAPT-LLM demo's training questions
+        (192, "b29f4cd3da9c0115541a20c9e3b9c0cb8ee4c7ea5699da5246a681730eedf2a7"),
     "training/configs/adapt_llm_paper.yaml": (374, "d65987fd414841beb6720f02db4e229f7ca27ca95edbabb613c786cd5b9e00cd"),
     "training/configs/adapt_llm_paper.yaml:eval":
         (94, "3415cf3dcb2479873bade59230ea890be0f58fcea694729b947c8c99eb679f3f"),
@@ -84,6 +86,10 @@ def recipe_questions(recipe: str, tmp_path: Path) -> list[QAExample]:
     files = [n for n in named if n and not n.startswith("world-")]
     if any(not (ROOT / f).exists() for f in files):
         pytest.skip(f"needs the development data ({', '.join(files)})")
+    if "search_sft" in path:  # training/search_sft.py: Algorithm 1's questions, no evaluation of its own
+        from training.search_sft import CONFIG_TYPES
+
+        return load_source(parse_config(CONFIG_TYPES, [str(ROOT / path)])[1])
     if path.startswith("training/"):
         _, data_cfg, _, eval_cfg = parse_config(ADAPT, [str(ROOT / path)])
         return eval_questions(data_cfg, eval_cfg) if part == "eval" else load_source(data_cfg)

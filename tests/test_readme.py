@@ -32,6 +32,10 @@ def program_types(program: str) -> tuple[type, ...]:
         from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig
 
         return BaseModelConfig, AdaptDataConfig, AdaptTrainConfig, AdaptEvalConfig
+    if program in ("training/search_sft.py", "training.search_sft"):
+        from training.search_sft import CONFIG_TYPES
+
+        return CONFIG_TYPES
     if program in ("training/grpo.py", "training.grpo"):
         from training.grpo import CONFIG_TYPES
 

@@ -74,7 +74,8 @@ def _programs():
     from training.grpo import CONFIG_TYPES as GRPO_TYPES
 
     return [program_types(p) for p in ("inference.commands.evaluate", "training/adapt_llm.py", "training.distill_set",
-                                       "training/distill_retriever.py", "training.evaluate_adapted")] + [GRPO_TYPES]
+                                       "training/distill_retriever.py", "training.evaluate_adapted",
+                                       "training/search_sft.py")] + [GRPO_TYPES]
 
 
 def test_every_shipped_recipe_passes_the_value_check():
