@@ -32,10 +32,9 @@ from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config
 from adaptive_rag.plumbing.errors import ConfigError
 from data_builders.adapt_llm import AdaptDataConfig, load_source, save_dataset
-from data_builders.question_loader import check_dataset
-from inference.commands.eval_checks import check_model_name, check_output_dir
 from training.adapt_llm import build_data
-from training.adapt_llm_config import AdaptTrainConfig
+from training.adapt_llm import check_inputs as check_adapt_inputs
+from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig
 
 
 @dataclass
@@ -53,16 +52,14 @@ def parse(argv: list[str]) -> tuple[BaseModelConfig, AdaptDataConfig, AdaptTrain
 
 
 def check_inputs(model_cfg: BaseModelConfig, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig) -> None:
-    """Everything checked before a model loads, each mistake in one line."""
+    """Everything checked before a model loads, each mistake in one line: ADAPT-LLM's checks (the model's name, the
+    questions, the folders, the machine) and the two settings the warm start fixes."""
     if data_cfg.mode != "adapt":
         raise ConfigError(f"mode {data_cfg.mode}: the warm start is written from Algorithm 1's labels; set mode adapt")
     if train_cfg.ret_token != "text":
         raise ConfigError("the search policy writes tags, not <RET>: set ret_token text (nothing is added to the "
                           "tokenizer)")
-    check_model_name(model_cfg.base_model, flag="--base_model")
-    check_dataset(data_cfg.question_set(), data_cfg.dataset_format)
-    for flag, folder in (("--data_dir", data_cfg.data_dir), ("--output_dir", train_cfg.output_dir)):
-        check_output_dir(folder, flag=flag)
+    check_adapt_inputs(model_cfg, data_cfg, train_cfg, AdaptEvalConfig(evaluate=False))
 
 
 def main(argv: list[str] | None = None) -> None:
