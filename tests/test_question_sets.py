@@ -46,8 +46,8 @@ BEFORE = {
         (192, "b29f4cd3da9c0115541a20c9e3b9c0cb8ee4c7ea5699da5246a681730eedf2a7"),
     "training/configs/adapt_llm_demo_cpu.yaml:eval":
         (94, "3415cf3dcb2479873bade59230ea890be0f58fcea694729b947c8c99eb679f3f"),
-    "training/configs/search_sft_demo_cpu.yaml":  # the ADAPT-LLM demo's training questions
-        (192, "b29f4cd3da9c0115541a20c9e3b9c0cb8ee4c7ea5699da5246a681730eedf2a7"),
+    "training/configs/search_sft_demo_cpu.yaml":  # a seeded sample of 64 world training questions
+        (64, "7c67570efc659cfe545c6944a79d33528aabd17d2ab1fcc1706422549cb13f57"),
     "training/configs/adapt_llm_paper.yaml": (374, "d65987fd414841beb6720f02db4e229f7ca27ca95edbabb613c786cd5b9e00cd"),
     "training/configs/adapt_llm_paper.yaml:eval":
         (94, "3415cf3dcb2479873bade59230ea890be0f58fcea694729b947c8c99eb679f3f"),
