@@ -181,6 +181,8 @@ def test_the_job_trains_an_adapter_that_the_grpo_search_task_continues(tmp_path,
     assert summary["splits"]["train"]["searched"] == 4  # a random model answers nothing closed-book
     assert (out / "adapter_config.json").is_file() and (tmp_path / "data" / "search_dataset").is_dir()
     assert "<RET>" not in (out / "tokenizer_config.json").read_text()
+    card = (out / "README.md").read_text()
+    assert "# Search-R1 warm-start LoRA adapter" in card and "added `<RET>`" not in card
     task = GrpoTaskConfig(task="search", dataset=str(source), shuffle_seed=None)
     model, tokenizer, base_name = load_policy(str(base), task, GrpoTrainConfig(init_adapter=str(out)), "cpu")
     assert base_name == str(base) and any(p.requires_grad for n, p in model.named_parameters() if "lora_B" in n)

@@ -215,9 +215,17 @@ def write_adapter_card(folder: str | Path, config: Any, metrics: Mapping[str, An
     folder, config = Path(folder), _as_dict(config)
     base = str(config.get("base_model") or "")
     hub_base = hub_id(base)
-    title = f"ADAPT-LLM LoRA adapter on {base or 'its base model'}"
-    summary = ("A LoRA adapter (peft) that teaches the base model ADAPT-LLM's gate: answer from memory, or emit "
-               "`<RET>` to ask for retrieval; the tokenizer here carries the added `<RET>` token.")
+    search = "search_chat" in config  # training/search_sft.py: the Search-R1 policy's warm start
+    added = config.get("ret_token", "special") == "special" and not search
+    title = f"{'Search-R1 warm-start' if search else 'ADAPT-LLM'} LoRA adapter on {base or 'its base model'}"
+    if search:
+        summary = ("A LoRA adapter (peft) that teaches the base model Search-R1's protocol from ADAPT-LLM's "
+                   "Algorithm 1 labels: `<answer> ... </answer>` from memory, or `<search> query </search>` first; "
+                   "nothing is added to the tokenizer.")
+    else:
+        summary = ("A LoRA adapter (peft) that teaches the base model ADAPT-LLM's gate: answer from memory, or emit "
+                   "`<RET>` to ask for retrieval; " + ("the tokenizer here carries the added `<RET>` token." if added
+                                                       else "`<RET>` is written as plain text (nothing added)."))
     if base in EMBEDDED_HUB_IDS:
         summary += (f" It was trained on `{base}`, the Q4_1 GGUF of {hub_base} de-quantised to fp32: on the "
                     "original full-precision weights it applies, but not to the very weights it was trained on.")
@@ -226,13 +234,13 @@ def write_adapter_card(folder: str | Path, config: Any, metrics: Mapping[str, An
     load = ("from peft import PeftModel\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n"
             + ("from adaptive_rag.lm.models import resolve_model  # this project: the embedded base\n"
                if base in EMBEDDED_HUB_IDS else "")
-            + f'\ntokenizer = AutoTokenizer.from_pretrained("{repo}")  # with <RET>\n'
+            + f'\ntokenizer = AutoTokenizer.from_pretrained("{repo}"){"  # with <RET>" if added else ""}\n'
             f"base = AutoModelForCausalLM.from_pretrained({base_load})\n"
             "base.resize_token_embeddings(len(tokenizer))\n"
             f'model = PeftModel.from_pretrained(base, "{repo}")\n'
             f'# in this project, the same in one call: adaptive_rag.lm.models.load_causal_lm("{repo}")')
     meta = {"base_model": hub_base, "library_name": "peft", "pipeline_tag": "text-generation",
-            "tags": ["adaptive-rag", "adapt-llm", "lora", "peft"]}
+            "tags": ["adaptive-rag", "search-r1" if search else "adapt-llm", "lora", "peft"]}
     stats_path = folder / "data_stats.json"  # the training data's stats, copied in by the training job
     stats = json.loads(stats_path.read_text()) if stats_path.is_file() else {}
     source = {**_source(config, stats), **({"source_sha256": config["source_sha256"]}
