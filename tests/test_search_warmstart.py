@@ -57,7 +57,7 @@ def test_a_known_question_is_the_rollouts_prompt_then_the_answer_and_eos(family)
     assert row["input_ids"][:len(head)] == head and row["completion_mask"][:len(head)] == [0] * len(head)
     assert row["input_ids"][-1] == tokenizer.eos_token_id and row["completion_mask"][-1] == 1
     assert sum(row["completion_mask"]) == len(row["input_ids"]) - len(head)  # everything after the prompt trains
-    assert [t.strip() for t in _policy_text(tokenizer, row)] == ["<answer> Kelmora </answer>"]
+    assert _policy_text(tokenizer, row) == ["<answer> Kelmora </answer>"]  # the same text on every family
     assert row["kind"] == "search_answer" and row["completion"] == "<answer> Kelmora </answer>"
     if family != "bpe":  # one BOS, as the rollout's prompt has it
         assert row["input_ids"][0] == tokenizer.bos_token_id and row["input_ids"][1] != tokenizer.bos_token_id
@@ -77,8 +77,7 @@ def test_an_unknown_question_searches_its_question_and_the_information_block_car
     assert row["completion_mask"][start:start + len(info)] == [0] * len(info)
     assert row["completion_mask"][len(head):start] == [1] * len(first)
     assert all(row["completion_mask"][start + len(info):])
-    texts = [t.strip() for t in _policy_text(tokenizer, row)]
-    assert texts == ["<search> Who founded city 3? </search>", "<answer> Ada </answer>"]
+    assert _policy_text(tokenizer, row) == ["<search> Who founded city 3? </search>", "<answer> Ada </answer>"]
     assert row["kind"] == "search_retrieve" and "<information>Doc 1: Osk Osk founded Ada" in row["completion"]
 
 

@@ -57,17 +57,11 @@ def tokenize_split(dataset: Dataset, tokenizer: Any, batch_size: int = 256, max_
     to its first ``max_length`` tokens as trl's ``truncation_mode="keep_start"`` cuts it (trl takes no
     ``max_length`` with padding-free batching, so the cut is made here for every run)."""
 
-    if "input_ids" in dataset.column_names:  # built as ids already (the search warm start's masked trajectories)
-        def encode(batch):
-            out = {name: batch[name] for name in ("input_ids", "completion_mask")}
-            if max_length is not None:
-                out = {name: [row[:max_length] for row in rows] for name, rows in out.items()}
-            return out
-        return dataset.map(encode, batched=True, batch_size=batch_size, remove_columns=dataset.column_names,
-                           keep_in_memory=True, desc="cutting to max_length")
+    prebuilt = "input_ids" in dataset.column_names  # the search warm start's masked trajectories
 
     def encode(batch):
-        out = tokenize_instances(tokenizer, batch["prompt"], batch["completion"])
+        out = ({name: batch[name] for name in ("input_ids", "completion_mask")} if prebuilt
+               else tokenize_instances(tokenizer, batch["prompt"], batch["completion"]))
         if max_length is not None:
             out = {name: [row[:max_length] for row in rows] for name, rows in out.items()}
         return out

@@ -19,7 +19,7 @@ and the answer, never the passages. Nothing here loads a model; the job is ``tra
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import SimpleNamespace
+from dataclasses import replace
 from typing import Any
 
 from datasets import Dataset, DatasetDict
@@ -53,8 +53,7 @@ def search_turn(query: str) -> str:
 
 def gold_information(ex: QAExample, max_passage_words: int | None) -> list[str]:
     """The gold passages as the environment shows passages (title, then text), each cut around the answer."""
-    return [passage_with_title(SimpleNamespace(title=getattr(p, "title", ""),
-                                               text=answer_window(p, max_passage_words, ex.answers).text))
+    return [passage_with_title(replace(p, text=answer_window(p, max_passage_words, ex.answers).text))
             for p in ex.gold_passages]
 
 
