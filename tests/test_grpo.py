@@ -273,18 +273,19 @@ def test_arms_table_pairs_every_arm_with_each_reference_and_builds_the_oracle():
 
 
 def _gate(rows):
-    """Question id -> score, retrieved, acc (the gate's), nr, ar, from (score, retrieved, nr, ar) tuples."""
-    return {f"q{i}": {"score": s, "retrieved": float(r), "acc": float(a if r else n), "nr": float(n), "ar": float(a)}
-            for i, (s, r, n, a) in enumerate(rows)}
+    """Question id -> score, retrieved, acc (the gate's), memory, ar, from (score, retrieved, memory, ar) tuples."""
+    return {f"q{i}": {"score": s, "retrieved": float(r), "acc": float(a if r else m), "memory": float(m),
+                      "ar": float(a)}
+            for i, (s, r, m, a) in enumerate(rows)}
 
 
-# four questions, p(<RET>) 0.9 / 0.6 / 0.3 / 0.1; the gate retrieves for the first two; own NR and AR answers
+# four questions, p(<RET>) 0.9 / 0.6 / 0.3 / 0.1; the gate retrieves for the first two; its own answers
 GATE = _gate([(0.9, 1, 0, 1), (0.6, 1, 1, 0), (0.3, 0, 1, 0), (0.1, 0, 0, 1)])
 
 
 def test_operating_curve_redecides_each_threshold_from_the_gates_own_answers():
     ops = bench_module("experiments/gate_operating")
-    # always: AR's 1,0,0,1; > 0.1: AR, AR, AR, NR; > 0.3: AR, AR, NR, NR; > 0.6: AR, NR, NR, NR; never: NR's 0,1,1,0
+    # always: AR's 1,0,0,1; > 0.1: AR, AR, AR, memory; > 0.3: two each; > 0.6: AR then memory; never: memory's 0,1,1,0
     assert ops.curve(GATE) == [(-1.0, 1.0, 0.5), (0.1, 0.75, 0.25), (0.3, 0.5, 0.5), (0.6, 0.25, 0.75),
                                (0.9, 0.0, 0.5)]
     assert ops.choose_threshold(ops.curve(GATE), 0.7) == 0.6
@@ -304,7 +305,7 @@ def test_operating_report_splits_decisions_and_applies_the_tuning_threshold():
     # retrieved q0, q1: the gate 0.5, AR 1.0, NR 0.0, both unknown; from memory q2, q3: the gate 0.5, AR 0.5, NR 0.5
     assert "| rl | retrieved | 2 | 0.500 | 1.000 | 0.000 | 1.000 |" in lines
     assert "| rl | from memory | 2 | 0.500 | 0.500 | 0.500 | 0.500 |" in lines
-    assert "Recorded answers that are not the gate's own NR / AR answer for its decision: rl 0 of 4" in lines
+    assert "Recorded answers scored unlike the gate's own answer for its decision: rl 0 of 4" in lines
     # the tuning half picks 0.5 (share 0.25, accuracy 0.75); here it retrieves for q0 and q1 as the greedy gate does
     row = next(line for line in lines if line.startswith("| rl | 0.5000 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
@@ -319,7 +320,7 @@ def test_operating_refuses_a_gate_without_its_three_folders(tmp_path, capsys):
     ops = bench_module("experiments/gate_operating")
     assert ops.main(["--gate", f"rl={tmp_path},{tmp_path}", "--ar", str(tmp_path), "--nr", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --gate rl=") and "expected NAME=GATE,NR,AR" in err and "\n" not in err.strip()
+    assert err.startswith("error: --gate rl=") and "expected NAME=GATE,MEMORY,AR" in err and "\n" not in err.strip()
     (tmp_path / "config.yaml").write_text("method: nr\n")
     assert ops.main(["--gate", f"rl={tmp_path},{tmp_path},{tmp_path}", "--ar", str(tmp_path / "none"),
                      "--nr", str(tmp_path)]) == 2

@@ -1,16 +1,17 @@
 """Where a gate loses: its decision split, its operating curve, and a threshold chosen on another half.
 
     python bench/experiments/gate_operating.py \\
-        --gate rl=G/sft_rl_v4/eval,G/cause/eval/rl/nr,G/cause/eval/rl/ar \\
-        --gate supervised=G/supervised_ban,K/claims/adapt/nr,G/ar_ban \\
-        --tune rl=G/cause/tune/rl/gate,G/cause/tune/rl/nr,G/cause/tune/rl/ar \\
-        --tune supervised=G/cause/tune/supervised/gate,G/cause/tune/supervised/nr,G/cause/tune/supervised/ar \\
+        --gate rl=G/sft_rl_v4/eval,G/cause/eval/rl/memory,G/cause/eval/rl/ar \\
+        --gate supervised=G/supervised_ban,G/cause/eval/supervised/memory,G/ar_ban \\
+        --tune rl=G/cause/tune/rl/gate,G/cause/tune/rl/memory,G/cause/tune/rl/ar \\
+        --tune supervised=G/cause/tune/supervised/gate,G/cause/tune/supervised/memory,G/cause/tune/supervised/ar \\
         --ar K/claims/adapt/ar --nr K/claims/adapt/nr --out G/cause/operating.md --plot G/cause/operating.png
 
-Each ``--gate NAME=GATE,NR,AR`` names three evaluation folders of the evaluate command on the same questions: the gate
-(``--method adapt-llm``, which records the first-step ``<RET>`` probability) and the same model's own two answers
-(``--method nr`` and ``--method ar``). A gate answers from memory with its NR answer and after a retrieval with its
-AR answer, so any threshold on the probability can be re-decided without another run. Tables:
+Each ``--gate NAME=GATE,MEMORY,AR`` names three evaluation folders of the evaluate command on the same questions: the
+gate (``--method adapt-llm``, which records the first-step ``<RET>`` probability) and the same model's own two answers:
+from memory (``--method adapt-llm --gate_rule threshold --ret_threshold 1.0``, which never retrieves: the parametric
+prompt's answer, or the NR prompt's where that is ``<RET>``) and after a retrieval (``--method ar``). Any threshold
+on the probability can then be re-decided without another run. Tables:
 
 * the decision split: on the questions the gate retrieves for and on those it answers from memory, their count, the
   gate's accuracy, the reference AR's and NR's (``--ar``, ``--nr``) on the same questions, the share of unknown facts;
@@ -30,24 +31,24 @@ from grpo_arms import labels_of, per_question
 
 from adaptive_rag.plumbing.bootstrap import bootstrap_ci, paired_diff_ci
 
-Gate = dict[str, dict[str, float]]  # question id -> score, retrieved, acc (the gate's), nr, ar (its own answers)
+Gate = dict[str, dict[str, float]]  # question id -> score, retrieved, acc (the gate's), memory, ar (its own answers)
 
 
-def gate_answers(gate: dict[str, dict[str, float]], nr: dict[str, dict[str, float]],
+def gate_answers(gate: dict[str, dict[str, float]], memory: dict[str, dict[str, float]],
                  ar: dict[str, dict[str, float]]) -> Gate:
-    """A gate's decisions beside its own NR and AR answers, on the questions all three answered."""
-    ids = sorted(set(gate) & set(nr) & set(ar))
-    return {i: {**gate[i], "nr": nr[i]["acc"], "ar": ar[i]["acc"]} for i in ids}
+    """A gate's decisions beside its own answers from memory and after a retrieval, where all three answered."""
+    ids = sorted(set(gate) & set(memory) & set(ar))
+    return {i: {**gate[i], "memory": memory[i]["acc"], "ar": ar[i]["acc"]} for i in ids}
 
 
 def mismatches(gate: Gate) -> int:
-    """Questions whose recorded answer is not the gate's own NR / AR answer for its decision (should be 0)."""
-    return sum(row["acc"] != (row["ar"] if row["retrieved"] else row["nr"]) for row in gate.values())
+    """Questions whose recorded accuracy is not that of the gate's own answer for its decision (should be 0)."""
+    return sum(row["acc"] != (row["ar"] if row["retrieved"] else row["memory"]) for row in gate.values())
 
 
 def decide(gate: Gate, threshold: float) -> dict[str, tuple[bool, float]]:
     """Each question's (retrieved, accuracy) when the gate retrieves at p(<RET>) > threshold."""
-    return {i: (row["score"] > threshold, row["ar"] if row["score"] > threshold else row["nr"])
+    return {i: (row["score"] > threshold, row["ar"] if row["score"] > threshold else row["memory"])
             for i, row in gate.items()}
 
 
@@ -109,7 +110,7 @@ def report(gates: dict[str, Gate], tunes: dict[str, Gate], ar: dict, nr: dict, l
              "|---|---|---|---|---|---|---|"]
     for name, gate in gates.items():
         lines += split_rows(name, gate, ar, nr, labels)
-    lines += ["", "Recorded answers that are not the gate's own NR / AR answer for its decision: "
+    lines += ["", "Recorded answers scored unlike the gate's own answer for its decision: "
               + ", ".join(f"{name} {mismatches(gate)} of {len(gate)}" for name, gate in gates.items()), ""]
     curves = {name: curve(gate) for name, gate in gates.items()}
     lines += ["## Operating curve (nearest point to each share)", "",
@@ -165,14 +166,14 @@ def _three(spec: str, flag: str) -> tuple[str, list[Path]]:
     name, _, rest = spec.partition("=")
     folders = [Path(p) for p in rest.split(",")] if rest else []
     if len(folders) != 3 or not all((f / "config.yaml").is_file() for f in folders):
-        raise ValueError(f"{flag} {spec}: expected NAME=GATE,NR,AR, three evaluation folders with config.yaml")
+        raise ValueError(f"{flag} {spec}: expected NAME=GATE,MEMORY,AR, three evaluation folders with config.yaml")
     return name, folders
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--gate", action="append", required=True, help="NAME=GATE,NR,AR evaluation folders (repeat)")
-    parser.add_argument("--tune", action="append", default=[], help="NAME=GATE,NR,AR on the half that chooses")
+    parser.add_argument("--gate", action="append", required=True, help="NAME=GATE,MEMORY,AR folders (repeat)")
+    parser.add_argument("--tune", action="append", default=[], help="NAME=GATE,MEMORY,AR on the half that chooses")
     parser.add_argument("--ar", required=True, help="the reference AR's evaluation folder")
     parser.add_argument("--nr", required=True, help="the reference NR's evaluation folder")
     parser.add_argument("--max_share", type=float, default=0.7)
