@@ -143,7 +143,8 @@ def report(gates: dict[str, Gate], tunes: dict[str, Gate], ar: dict, nr: dict, l
     return lines, curves
 
 
-def plot(curves: dict[str, list[tuple[float, float, float]]], refs: dict[str, tuple[float, float]], path: Path):
+def plot(curves: dict[str, list[tuple[float, float, float]]], refs: dict[str, tuple[float, float]], path: Path,
+         greedy: dict[str, tuple[float, float]] | None = None):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -151,7 +152,9 @@ def plot(curves: dict[str, list[tuple[float, float, float]]], refs: dict[str, tu
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for name, points in curves.items():
-        ax.plot([p[1] for p in points], [p[2] for p in points], marker=".", label=name)
+        (line,) = ax.plot([p[1] for p in points], [p[2] for p in points], marker=".", markersize=3, label=name)
+        if greedy and name in greedy:  # where the gate's own greedy decisions put it
+            ax.scatter(*greedy[name], s=60, facecolors="none", edgecolors=line.get_color(), zorder=4)
     for name, (share, acc) in refs.items():
         ax.scatter([share], [acc], marker="s", zorder=3)
         ax.annotate(name, (share, acc), textcoords="offset points", xytext=(4, 4))
@@ -201,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         refs = {"AR": (1.0, _mean([r["acc"] for r in ar.values()])),
                 "NR": (0.0, _mean([r["acc"] for r in nr.values()]))}
-        plot(curves, refs, Path(args.plot))
+        greedy = {name: (_mean([r["retrieved"] for r in gate.values()]), _mean([r["acc"] for r in gate.values()]))
+                  for name, gate in gates.items()}
+        plot(curves, refs, Path(args.plot), greedy)
     return 0
 
 
