@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from datasets import Dataset, DatasetDict
+from datasets import Dataset, DatasetDict, load_from_disk
 from tokenizer_matrix import make_tokenizer, shared_tokenizer
 
 from adaptive_rag.lm.tokenization import continuation_ids, decode_continuation
@@ -22,7 +22,7 @@ from adaptive_rag.plumbing.records import Passage, QAExample
 from inference.search_agent.loop import SearchSettings, first_ids
 from inference.search_agent.protocol import information_block
 from training.adapt_llm_tokens import tokenize_split
-from training.search_warmstart import gold_information, instance, labels_of, search_dataset
+from training.search_warmstart import gold_information, instance, labels_of, retrieved_information, search_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = ("bpe", "bpe_bos", "sentencepiece")
@@ -86,6 +86,33 @@ def test_the_gold_passage_is_cut_around_the_answer_with_its_title():
     cut = gold_information(_example(passage=long), 10)[0]
     assert "Kelmora" in cut and len(cut.split()) == 11  # the title, then a 10-word window holding the answer
     assert gold_information(_example(passage="Short text on Kelmora."), 10) == ["Osk Short text on Kelmora."]
+
+
+def _hit(pid: str, text: str, title: str = "T"):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(passage=Passage(id=pid, title=title, text=text))
+
+
+def test_retrieved_information_is_the_environments_block_with_the_gold_passage_in_it():
+    long = " ".join(f"w{i}" for i in range(60)) + " Kelmora was founded by Osk."
+    ex = _example(passage=long)  # gold passage p0, its answer after word 60
+    other = [_hit("x1", "one two three four five six"), _hit("x2", "alpha beta gamma delta epsilon zeta")]
+    # the gold passage at rank 2: cut around the answer; the others cut to their first words, as the environment does
+    got = retrieved_information(ex, [other[0], _hit("p0", long, "Osk"), other[1]], 4)
+    assert got == ["T one two three", gold_information(ex, 4)[0], "T alpha beta gamma"]
+    assert "Kelmora" in got[1]
+    # the index missed it: the gold passage takes the last hit's place
+    assert retrieved_information(ex, other, 4) == ["T one two three", gold_information(ex, 4)[0]]
+    assert retrieved_information(ex, other[:1], None) == [gold_information(ex, None)[0]]
+    # the row's <information> block is exactly those passages, and carries no loss
+    tokenizer = shared_tokenizer("sentencepiece")
+    settings = SearchSettings(chat=True, max_passage_words=4)
+    row = instance(tokenizer, ex, False, settings, got)
+    info = continuation_ids(tokenizer, information_block(got))
+    start = next(i for i in range(len(row["input_ids"])) if row["input_ids"][i:i + len(info)] == info)
+    assert row["completion_mask"][start:start + len(info)] == [0] * len(info)
+    assert _policy_text(tokenizer, row) == ["<search> Who founded city 0? </search>", "<answer> Kelmora </answer>"]
 
 
 def test_rows_without_an_answer_or_without_a_passage_fail_in_one_line():
@@ -158,8 +185,9 @@ def _tiny_folder(out: Path, family: str, tied: bool) -> Path:
     return out
 
 
-@pytest.mark.parametrize(("family", "tied"), [("bpe", True), ("sentencepiece", False)])
-def test_the_job_trains_an_adapter_that_the_grpo_search_task_continues(tmp_path, family, tied, capsys):
+@pytest.mark.parametrize(("family", "tied", "information"), [("bpe", True, "gold"),
+                                                             ("sentencepiece", False, "retrieved")])
+def test_the_job_trains_an_adapter_that_the_grpo_search_task_continues(tmp_path, family, tied, information, capsys):
     from training.grpo_config import GrpoTaskConfig, GrpoTrainConfig
     from training.grpo_model import load_policy
 
@@ -174,11 +202,21 @@ def test_the_job_trains_an_adapter_that_the_grpo_search_task_continues(tmp_path,
         "base_model": str(base), "output_dir": str(out), "micro_batch_size": 4, "effective_batch_size": 4,
         "max_steps": 1, "eval_steps": None, "warmup_steps": 0, "closed_book_max_new_tokens": 2, "ret_token": "text",
         "max_length": 512, "save_steps": 1}))
-    assert run_cli(script.main, argv=[str(config)]) == 0
+    extra = []
+    if information == "retrieved":  # the index's top 2 for each question, over the questions' passages
+        from retrieval_adapt.bm25 import BM25Retriever
+
+        BM25Retriever.build([_example(i, answer=f"Land{i}").gold_passages[0] for i in range(4)],
+                            show_progress=False).save(tmp_path / "index")
+        extra = ["--information", "retrieved", "--index", str(tmp_path / "index"), "--information_top_k", "2"]
+    assert run_cli(script.main, argv=[str(config), *extra]) == 0
     summary = json.loads((out / "search_sft.json").read_text())
     assert summary["protocol"] == "search-r1" and summary["splits"]["train"]["instances"] == 4
     assert summary["splits"]["train"]["searched"] == 4  # a random model answers nothing closed-book
     assert (out / "adapter_config.json").is_file() and (tmp_path / "data" / "search_dataset").is_dir()
+    blocks = [c.split("<information>")[1].split("</information>")[0]
+              for c in load_from_disk(str(tmp_path / "data" / "search_dataset"))["train"]["completion"]]
+    assert all(b.count("Doc ") == (2 if information == "retrieved" else 1) for b in blocks)
     assert "<RET>" not in (out / "tokenizer_config.json").read_text()
     card = (out / "README.md").read_text()
     assert "# Search-R1 warm-start LoRA adapter" in card and "added `<RET>`" not in card
@@ -186,7 +224,7 @@ def test_the_job_trains_an_adapter_that_the_grpo_search_task_continues(tmp_path,
     model, tokenizer, base_name = load_policy(str(base), task, GrpoTrainConfig(init_adapter=str(out)), "cpu")
     assert base_name == str(base) and any(p.requires_grad for n, p in model.named_parameters() if "lora_B" in n)
     # a second run resumes: nothing is asked or trained again
-    assert run_cli(script.main, argv=[str(config)]) == 0
+    assert run_cli(script.main, argv=[str(config), *extra]) == 0
     assert "trained: loss" in capsys.readouterr().out
 
 
@@ -196,5 +234,9 @@ def test_bad_settings_fail_before_any_model_loads(tmp_path):
     assert run_cli(script.main, argv=["--ret_token", "text", "--mode", "nr", "--output_dir", str(tmp_path / "o")]) == 2
     assert run_cli(script.main, argv=["--ret_token", "text", "--base_model", str(tmp_path / "missing"),
                                       "--output_dir", str(tmp_path / "o")]) == 2
+    assert run_cli(script.main, argv=["--ret_token", "text", "--information", "oracle",
+                                      "--output_dir", str(tmp_path / "o")]) == 2
+    assert run_cli(script.main, argv=["--ret_token", "text", "--information", "retrieved", "--index",
+                                      str(tmp_path / "no_index"), "--output_dir", str(tmp_path / "o")]) == 2
     cfg = yaml.safe_load((ROOT / "training" / "configs" / "search_sft_demo_cpu.yaml").read_text())
     assert cfg["ret_token"] == "text" and cfg["mode"] == "adapt"

@@ -42,6 +42,18 @@ class SearchSftConfig:
     # The prompt as the user turn of the model's chat template: as the GRPO search task's search_chat and the
     # search-r1 method build it (a model without a template gets the plain text either way)
     search_chat: bool = True
+    # The <information> block of a search: the gold passage alone ("gold"), or what the environment returns for the
+    # question ("retrieved": the index's information_top_k passages, the gold one at its rank or in place of the
+    # last), so the policy learns to read the answer among the passages evaluation shows it
+    information: str = "gold"
+    index: str | None = None  # "retrieved": an index folder; null: BM25 over the embedded (or knowing) world
+    information_top_k: int = 3  # "retrieved": passages per search (the search-r1 method's top_k)
+
+    def __post_init__(self) -> None:
+        if self.information not in ("gold", "retrieved"):
+            raise ValueError(f"information must be 'gold' or 'retrieved', got '{self.information}'")
+        if self.information_top_k < 1:
+            raise ValueError(f"information_top_k must be >= 1, got {self.information_top_k}")
 
 
 CONFIG_TYPES = (BaseModelConfig, AdaptDataConfig, AdaptTrainConfig, SearchSftConfig)
@@ -51,9 +63,14 @@ def parse(argv: list[str]) -> tuple[BaseModelConfig, AdaptDataConfig, AdaptTrain
     return parse_config(CONFIG_TYPES, argv, prog="training/search_sft.py")
 
 
-def check_inputs(model_cfg: BaseModelConfig, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig) -> None:
+def check_inputs(model_cfg: BaseModelConfig, data_cfg: AdaptDataConfig, train_cfg: AdaptTrainConfig,
+                 search_cfg: SearchSftConfig | None = None) -> None:
     """Everything checked before a model loads, each mistake in one line: ADAPT-LLM's checks (the model's name, the
-    questions, the folders, the machine) and the two settings the warm start fixes."""
+    questions, the folders, the machine), the two settings the warm start fixes, and the index."""
+    if search_cfg is not None and search_cfg.information == "retrieved" and search_cfg.index is not None:
+        from retrieval_adapt.corpus_store import load_meta
+
+        load_meta(search_cfg.index)  # a missing or unfinished index folder: one line naming it
     if data_cfg.mode != "adapt":
         raise ConfigError(f"mode {data_cfg.mode}: the warm start is written from Algorithm 1's labels; set mode adapt")
     if train_cfg.ret_token != "text":
@@ -65,7 +82,7 @@ def check_inputs(model_cfg: BaseModelConfig, data_cfg: AdaptDataConfig, train_cf
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     model_cfg, data_cfg, train_cfg, search_cfg = parse(list(sys.argv[1:] if argv is None else argv))
-    check_inputs(model_cfg, data_cfg, train_cfg)
+    check_inputs(model_cfg, data_cfg, train_cfg, search_cfg)
     # torch, trl and peft load after the arguments are checked
     from accelerate import PartialState
 
@@ -78,7 +95,18 @@ def main(argv: list[str] | None = None) -> None:
     known, splits = labels_of(build_data(model_cfg, data_cfg, state))
     tokenizer = load_tokenizer(model_cfg.base_model)
     settings = SearchSettings(chat=search_cfg.search_chat, max_passage_words=data_cfg.max_passage_words)
-    dsd = search_dataset(tokenizer, load_source(data_cfg), known, splits, settings)
+    examples = load_source(data_cfg)
+    information = None
+    if search_cfg.information == "retrieved":
+        from inference.commands.eval_data import load_eval_retriever
+        from training.search_warmstart import retrieved_information
+
+        retriever = load_eval_retriever(search_cfg.index, data_cfg.dataset, world_seed=data_cfg.world_seed)
+        searched = [ex for ex in examples if ex.id not in known and ex.gold_passages]
+        hits = retriever.search([ex.question for ex in searched], search_cfg.information_top_k) if searched else []
+        information = {ex.id: retrieved_information(ex, row, data_cfg.max_passage_words)
+                       for ex, row in zip(searched, hits)}
+    dsd = search_dataset(tokenizer, examples, known, splits, settings, information)
     if state.is_main_process:
         save_dataset(dsd, Path(data_cfg.data_dir) / "search_dataset")
     counts = {name: {"instances": len(ds), "searched": sum(k == "search_retrieve" for k in ds["kind"])}

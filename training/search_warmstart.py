@@ -7,7 +7,10 @@ with a bare answer, never ``<search>`` or ``<answer>``, so every reward is 0 and
 
 * answered correctly closed-book: the prompt, then ``<answer> gold </answer>`` (no search);
 * answered wrongly: ``<search> question </search>``, the environment's ``<information>`` block holding the gold
-  passage (cut around the answer, as Algorithm 1's context instance), then ``<answer> gold </answer>``.
+  passage (cut around the answer, as Algorithm 1's context instance), then ``<answer> gold </answer>``. With
+  ``information: retrieved`` the block holds what the environment returns for that search instead (the index's top
+  passages for the question, each cut as the environment cuts it), the gold passage at its rank, or in place of the
+  last hit when the index missed it: the policy then learns to read the answer among the passages it will be shown.
 
 The prompt is exactly the one the rollout and the ``search-r1`` method build (:func:`inference.search_agent.loop.
 first_ids`), and the ``<information>`` ids exactly the environment's (:func:`~adaptive_rag.lm.tokenization.
@@ -29,7 +32,7 @@ from adaptive_rag.plumbing.errors import DataError
 from adaptive_rag.plumbing.records import QAExample
 from data_builders.adapt_llm_prompts import answer_window
 from inference.adapt_gate.gate import passage_with_title
-from inference.search_agent.loop import SearchSettings, first_ids
+from inference.search_agent.loop import SearchSettings, cut_words, first_ids
 from inference.search_agent.protocol import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
@@ -57,16 +60,31 @@ def gold_information(ex: QAExample, max_passage_words: int | None) -> list[str]:
             for p in ex.gold_passages]
 
 
-def segments(ex: QAExample, known: bool, max_passage_words: int | None) -> list[tuple[str, int]]:
-    """The completion as (text, written by the policy: 1 / by the environment: 0) pieces, in order."""
+def retrieved_information(ex: QAExample, hits: Sequence[Any], max_passage_words: int | None) -> list[str]:
+    """The environment's passages for the question's search (``hits``: the index's top passages, best first), each cut
+    as the environment cuts it; a gold passage among them is cut around the answer instead, and when none is, the
+    first gold passage takes the last hit's place, so the answer is always in the block."""
+    gold = {p.id for p in ex.gold_passages}
+    texts = [gold_information(replace(ex, gold_passages=[h.passage]), max_passage_words)[0] if h.passage.id in gold
+             else cut_words(passage_with_title(h.passage), max_passage_words) for h in hits]
+    if not any(h.passage.id in gold for h in hits):
+        texts[-1:] = gold_information(replace(ex, gold_passages=ex.gold_passages[:1]), max_passage_words)
+    return texts
+
+
+def segments(ex: QAExample, known: bool, max_passage_words: int | None,
+             information: Sequence[str] | None = None) -> list[tuple[str, int]]:
+    """The completion as (text, written by the policy: 1 / by the environment: 0) pieces, in order; ``information``:
+    the passages of the search (default: the gold passages)."""
     answer = answer_turn(ex.answers[0])
     if known:
         return [(answer, 1)]
-    return [(search_turn(ex.question), 1), (information_block(gold_information(ex, max_passage_words)), 0),
-            (answer, 1)]
+    passages = list(information) if information is not None else gold_information(ex, max_passage_words)
+    return [(search_turn(ex.question), 1), (information_block(passages), 0), (answer, 1)]
 
 
-def instance(tokenizer: Any, ex: QAExample, known: bool, settings: SearchSettings) -> dict[str, Any]:
+def instance(tokenizer: Any, ex: QAExample, known: bool, settings: SearchSettings,
+             information: Sequence[str] | None = None) -> dict[str, Any]:
     """One training row: the readable prompt and completion, and the ids trl trains on (``completion_mask`` 1 on the
     policy's ids and the closing EOS, 0 on the prompt and on the ``<information>`` block)."""
     if not ex.answers or not ex.answers[0].strip():
@@ -74,7 +92,7 @@ def instance(tokenizer: Any, ex: QAExample, known: bool, settings: SearchSetting
     if not known and not ex.gold_passages:
         raise DataError("a question answered wrongly closed-book needs a gold passage for its <information> block",
                         record=ex.id)
-    pieces = segments(ex, known, settings.max_passage_words)
+    pieces = segments(ex, known, settings.max_passage_words, information)
     head = first_ids(tokenizer, ex.question, settings)
     ids, mask = list(head), [0] * len(head)
     for text, policy in pieces:
@@ -89,10 +107,13 @@ def instance(tokenizer: Any, ex: QAExample, known: bool, settings: SearchSetting
 
 
 def search_dataset(tokenizer: Any, examples: Sequence[QAExample], known_ids: set[str], splits: dict[str, set[str]],
-                   settings: SearchSettings) -> DatasetDict:
+                   settings: SearchSettings, information: dict[str, list[str]] | None = None) -> DatasetDict:
     """The warm-start rows of ``examples`` (``known_ids``: answered correctly closed-book), split as Algorithm 1's
-    dataset splits its questions (``splits``: split name -> question ids), so one question stays on one side."""
-    rows = {name: [instance(tokenizer, ex, ex.id in known_ids, settings) for ex in examples if ex.id in ids]
+    dataset splits its questions (``splits``: split name -> question ids), so one question stays on one side;
+    ``information``: question id -> the passages of its search (default: its gold passages)."""
+    information = information or {}
+    rows = {name: [instance(tokenizer, ex, ex.id in known_ids, settings, information.get(ex.id))
+                   for ex in examples if ex.id in ids]
             for name, ids in splits.items()}
     if not rows.get("train"):
         raise DataError("no training question for the search warm start")

@@ -108,7 +108,7 @@ def run_search(model, tokenizer, retriever: Retriever, questions: Sequence[str],
             for (i, query), row in zip(searching, hits):
                 t = trajs[i]
                 t.searches.append((query, [h.passage.id for h in row]))
-                texts = [_cut(passage_with_title(h.passage), settings.max_passage_words) for h in row]
+                texts = [cut_words(passage_with_title(h.passage), settings.max_passage_words) for h in row]
                 info = continuation_ids(tokenizer, information_block(texts))
                 t.completion_ids += info
                 t.env_mask += [0] * len(info)
@@ -120,6 +120,7 @@ def run_search(model, tokenizer, retriever: Retriever, questions: Sequence[str],
     return trajs
 
 
-def _cut(text: str, max_words: int | None) -> str:
+def cut_words(text: str, max_words: int | None) -> str:
+    """A passage as the environment shows it: its first ``max_words`` words (all of them for None)."""
     words = text.split()
     return " ".join(words if max_words is None else words[:max_words])
