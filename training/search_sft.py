@@ -32,6 +32,8 @@ from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config
 from adaptive_rag.plumbing.errors import ConfigError
 from data_builders.adapt_llm import AdaptDataConfig, load_source, save_dataset
+from inference.commands.eval_data import load_eval_retriever
+from retrieval_adapt.corpus_store import load_meta
 from training.adapt_llm import build_data
 from training.adapt_llm import check_inputs as check_adapt_inputs
 from training.adapt_llm_config import AdaptEvalConfig, AdaptTrainConfig
@@ -68,8 +70,6 @@ def check_inputs(model_cfg: BaseModelConfig, data_cfg: AdaptDataConfig, train_cf
     """Everything checked before a model loads, each mistake in one line: ADAPT-LLM's checks (the model's name, the
     questions, the folders, the machine), the two settings the warm start fixes, and the index."""
     if search_cfg is not None and search_cfg.information == "retrieved" and search_cfg.index is not None:
-        from retrieval_adapt.corpus_store import load_meta
-
         load_meta(search_cfg.index)  # a missing or unfinished index folder: one line naming it
     if data_cfg.mode != "adapt":
         raise ConfigError(f"mode {data_cfg.mode}: the warm start is written from Algorithm 1's labels; set mode adapt")
@@ -98,7 +98,6 @@ def main(argv: list[str] | None = None) -> None:
     examples = load_source(data_cfg)
     information = None
     if search_cfg.information == "retrieved":
-        from inference.commands.eval_data import load_eval_retriever
         from training.search_warmstart import retrieved_information
 
         retriever = load_eval_retriever(search_cfg.index, data_cfg.dataset, world_seed=data_cfg.world_seed)
