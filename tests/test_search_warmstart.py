@@ -238,5 +238,9 @@ def test_bad_settings_fail_before_any_model_loads(tmp_path):
                                       "--output_dir", str(tmp_path / "o")]) == 2
     assert run_cli(script.main, argv=["--ret_token", "text", "--information", "retrieved", "--index",
                                       str(tmp_path / "no_index"), "--output_dir", str(tmp_path / "o")]) == 2
+    source = tmp_path / "qa.jsonl"  # a QA file has no built-in index: refused before the closed-book pass
+    source.write_text(json.dumps(_example().to_dict()) + "\n")
+    assert run_cli(script.main, argv=["--ret_token", "text", "--information", "retrieved", "--dataset", str(source),
+                                      "--output_dir", str(tmp_path / "o")]) == 2
     cfg = yaml.safe_load((ROOT / "training" / "configs" / "search_sft_demo_cpu.yaml").read_text())
     assert cfg["ret_token"] == "text" and cfg["mode"] == "adapt"

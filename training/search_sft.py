@@ -32,7 +32,7 @@ from adaptive_rag.plumbing.cli import run_cli
 from adaptive_rag.plumbing.config import parse_config
 from adaptive_rag.plumbing.errors import ConfigError
 from data_builders.adapt_llm import AdaptDataConfig, load_source, save_dataset
-from inference.commands.eval_data import load_eval_retriever
+from inference.commands.eval_data import check_index_given, load_eval_retriever
 from retrieval_adapt.corpus_store import load_meta
 from training.adapt_llm import build_data
 from training.adapt_llm import check_inputs as check_adapt_inputs
@@ -69,8 +69,12 @@ def check_inputs(model_cfg: BaseModelConfig, data_cfg: AdaptDataConfig, train_cf
                  search_cfg: SearchSftConfig | None = None) -> None:
     """Everything checked before a model loads, each mistake in one line: ADAPT-LLM's checks (the model's name, the
     questions, the folders, the machine), the two settings the warm start fixes, and the index."""
-    if search_cfg is not None and search_cfg.information == "retrieved" and search_cfg.index is not None:
-        load_meta(search_cfg.index)  # a missing or unfinished index folder: one line naming it
+    if search_cfg is not None and search_cfg.information == "retrieved":
+        # before Algorithm 1's closed-book pass, not after it: a QA file needs an index folder, and the folder must
+        # be a finished index
+        check_index_given(search_cfg.index, data_cfg.dataset, needs_retrieval=True)
+        if search_cfg.index is not None:
+            load_meta(search_cfg.index)
     if data_cfg.mode != "adapt":
         raise ConfigError(f"mode {data_cfg.mode}: the warm start is written from Algorithm 1's labels; set mode adapt")
     if train_cfg.ret_token != "text":

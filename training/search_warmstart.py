@@ -29,7 +29,7 @@ from datasets import Dataset, DatasetDict
 
 from adaptive_rag.lm.tokenization import continuation_ids
 from adaptive_rag.plumbing.errors import DataError
-from adaptive_rag.plumbing.records import QAExample
+from adaptive_rag.plumbing.records import Passage, QAExample
 from data_builders.adapt_llm_prompts import answer_window
 from inference.adapt_gate.gate import passage_with_title
 from inference.search_agent.loop import SearchSettings, cut_words, first_ids
@@ -54,10 +54,14 @@ def search_turn(query: str) -> str:
     return f"{SEARCH_OPEN} {' '.join(query.split())} {SEARCH_CLOSE}"
 
 
+def answer_cut(passage: Passage, answers: Sequence[str], max_passage_words: int | None) -> str:
+    """A passage as the environment shows it (title, then text), its text cut around the answer."""
+    return passage_with_title(replace(passage, text=answer_window(passage, max_passage_words, answers).text))
+
+
 def gold_information(ex: QAExample, max_passage_words: int | None) -> list[str]:
-    """The gold passages as the environment shows passages (title, then text), each cut around the answer."""
-    return [passage_with_title(replace(p, text=answer_window(p, max_passage_words, ex.answers).text))
-            for p in ex.gold_passages]
+    """The gold passages as the environment shows passages, each cut around the answer."""
+    return [answer_cut(p, ex.answers, max_passage_words) for p in ex.gold_passages]
 
 
 def retrieved_information(ex: QAExample, hits: Sequence[Any], max_passage_words: int | None) -> list[str]:
@@ -65,10 +69,10 @@ def retrieved_information(ex: QAExample, hits: Sequence[Any], max_passage_words:
     as the environment cuts it; a gold passage among them is cut around the answer instead, and when none is, the
     first gold passage takes the last hit's place, so the answer is always in the block."""
     gold = {p.id for p in ex.gold_passages}
-    texts = [gold_information(replace(ex, gold_passages=[h.passage]), max_passage_words)[0] if h.passage.id in gold
+    texts = [answer_cut(h.passage, ex.answers, max_passage_words) if h.passage.id in gold
              else cut_words(passage_with_title(h.passage), max_passage_words) for h in hits]
-    if not any(h.passage.id in gold for h in hits):
-        texts[-1:] = gold_information(replace(ex, gold_passages=ex.gold_passages[:1]), max_passage_words)
+    if gold.isdisjoint(h.passage.id for h in hits):
+        texts[-1:] = [answer_cut(ex.gold_passages[0], ex.answers, max_passage_words)]
     return texts
 
 

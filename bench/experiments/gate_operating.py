@@ -61,10 +61,13 @@ def curve(gate: Gate) -> list[tuple[float, float, float]]:
     return points
 
 
+def best_point(points: list[tuple[float, float, float]], max_share: float) -> tuple[float, float, float]:
+    """The point of the best accuracy among shares <= max_share; ties go to the higher threshold."""
+    return max((p for p in points if p[1] <= max_share + 1e-12), key=lambda p: (p[2], p[0]))
+
+
 def choose_threshold(points: list[tuple[float, float, float]], max_share: float) -> float:
-    """The threshold of the best accuracy among shares <= max_share; ties go to the higher threshold."""
-    allowed = [p for p in points if p[1] <= max_share + 1e-12]
-    return max(allowed, key=lambda p: (p[2], p[0]))[0]
+    return best_point(points, max_share)[0]
 
 
 def split_rows(name: str, gate: Gate, ar: dict, nr: dict, labels: dict[str, str]) -> list[str]:
@@ -118,7 +121,7 @@ def report(gates: dict[str, Gate], tunes: dict[str, Gate], ar: dict, nr: dict, l
     for name, points in curves.items():
         lines += curve_rows(name, points)
     for name, points in curves.items():
-        best = max((p for p in points if p[1] <= max_share + 1e-12), key=lambda p: p[2])
+        best = best_point(points, max_share)
         lines.append(f"\n{name}: the curve's best accuracy at a share <= {max_share:g} is {best[2]:.3f} (share "
                      f"{best[1]:.3f}); read on this half, an upper bound, not a result.")
     if tunes:
@@ -131,9 +134,7 @@ def report(gates: dict[str, Gate], tunes: dict[str, Gate], ar: dict, nr: dict, l
         for name, tune in tunes.items():
             if name not in gates:
                 raise ValueError(f"--tune {name}: no --gate {name} to apply it to")
-            points = curve(tune)
-            t = choose_threshold(points, max_share)
-            _, t_share, t_acc = next(p for p in points if p[0] == t)
+            t, t_share, t_acc = best_point(curve(tune), max_share)
             decided = decide(gates[name], t)
             acc = [decided[i][1] for i in ids]
             share = [float(decided[i][0]) for i in ids]
