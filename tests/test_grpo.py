@@ -272,6 +272,36 @@ def test_arms_table_pairs_every_arm_with_each_reference_and_builds_the_oracle():
     assert "AR (knowing model)" not in arms_module.table({k: arms[k] for k in ("nr", "ar", "rl")}, labels)[2]
 
 
+def test_arms_table_adds_a_named_reference_and_counts_the_queries_searched():
+    from bench_modules import bench_module
+
+    arms_module = bench_module("experiments/grpo_arms")
+
+    def arm(acc, searches, same):
+        return {f"q{i}": {"acc": float(a), "retrieved": float(n > 0), "score": float(n > 0), "searches": float(n),
+                          "question_queries": float(m)} for i, (a, n, m) in enumerate(zip(acc, searches, same))}
+
+    arms = {"ar": arm([1, 1, 0, 0], [1] * 4, [1] * 4), "warm": arm([1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0]),
+            "rl": arm([1, 1, 1, 0], [2, 1, 0, 0], [1, 0, 0, 0])}
+    lines = arms_module.table(arms, {}, ("warm",))
+    assert lines[2].endswith("| − AR, paired | − supervised, paired | − warm, paired |")
+    rl = [c.strip(" |") for c in next(line for line in lines if line.startswith("| rl |")).split(" | ")]
+    assert rl[-2] == "-" and rl[-1].startswith("0.500 [")  # no supervised arm; 3 of 4 against 1 of 4
+    # rl: 3 searches over 4 questions, 1 of them the question itself; NR-like arms without searches are left out
+    assert arms_module.query_lines({**arms, "nr": arm([0] * 4, [0] * 4, [0] * 4)}) == [
+        "| arm | searches per question | queries that are the question |", "|---|---|---|",
+        "| ar | 1.000 | 1.000 (4 of 4) |", "| warm | 0.500 | 1.000 (2 of 2) |", "| rl | 0.750 | 0.333 (1 of 3) |"]
+
+
+def test_arms_refuses_a_reference_that_is_not_an_arm(tmp_path, capsys):
+    from bench_modules import bench_module
+
+    arms_module = bench_module("experiments/grpo_arms")
+    (tmp_path / "config.yaml").write_text("method: ar\n")
+    assert arms_module.main(["--arm", f"ar={tmp_path}", "--ref", "warm"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --ref warm: not one of the arms (ar)"
+
+
 def _gate(rows):
     """Question id -> score, retrieved, acc (the gate's), memory, ar, from (score, retrieved, memory, ar) tuples."""
     return {f"q{i}": {"score": s, "retrieved": float(r), "acc": float(a if r else m), "memory": float(m),
