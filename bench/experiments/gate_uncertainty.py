@@ -58,15 +58,19 @@ def answer_length(texts: list[str]) -> int:
 
 def reanswer(model_dir: str, questions: dict[str, str], variant: str, batch_size: int = 16,
              max_new_tokens: int = 20) -> dict[str, dict]:
-    """Each question's greedy answer to the parametric prompt with ``<RET>`` banned, and its scores."""
+    """Each question's greedy answer to the parametric prompt with ``<RET>`` banned: its text, the token ids of its
+    answer part (``tokens``) and its scores."""
     import torch
     from tqdm import tqdm
 
     from adaptive_rag.lm.models import ModelOptions, load_causal_lm
     from data_builders.adapt_llm_prompts import RET_TOKEN, parametric_prompt, response_text
+    from inference.adapt_gate.ret_token import text_piece_ids
 
     model, tokenizer = load_causal_lm(model_dir, ModelOptions(device="cpu", dtype="float32"))
-    ret = tokenizer.convert_tokens_to_ids(RET_TOKEN) if RET_TOKEN in tokenizer.get_vocab() else None
+    # an added <RET> is one token; plain-text <RET> (ret_token: text) is banned as its sequence of pieces
+    banned = [[tokenizer.convert_tokens_to_ids(RET_TOKEN)]] if RET_TOKEN in tokenizer.get_vocab() \
+        else [text_piece_ids(tokenizer)]
     out, ids = {}, list(questions)
     for start in tqdm(range(0, len(ids), batch_size), desc=f"re-answer {Path(model_dir).name}", leave=False):
         chunk = ids[start:start + batch_size]
@@ -74,7 +78,7 @@ def reanswer(model_dir: str, questions: dict[str, str], variant: str, batch_size
         with torch.no_grad():
             gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, output_scores=True,
                                  return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id,
-                                 bad_words_ids=[[ret]] if ret is not None else None)
+                                 bad_words_ids=banned)
         logp = torch.stack(gen.scores, dim=1).float().log_softmax(-1)  # batch x steps x vocab; <RET> banned
         new = gen.sequences[:, enc["input_ids"].shape[1]:]
         chosen = logp.gather(-1, new[:, :logp.shape[1], None]).squeeze(-1).exp()
@@ -85,7 +89,7 @@ def reanswer(model_dir: str, questions: dict[str, str], variant: str, batch_size
                 tokens = tokens[:tokens.index(tokenizer.eos_token_id)]
             texts = [tokenizer.decode(tokens[:n + 1], skip_special_tokens=True) for n in range(len(tokens))]
             n = answer_length(texts) if tokens else 0
-            out[qid] = {"id": qid, "answer": response_text(texts[n - 1] if n else ""),
+            out[qid] = {"id": qid, "answer": response_text(texts[n - 1] if n else ""), "tokens": tokens[:n],
                         **answer_scores(chosen[row, :n].tolist(), ent[row, :n].tolist())}
     return out
 
