@@ -24,7 +24,9 @@ paired intervals against the reference AR. The re-answers are checked against th
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -36,23 +38,25 @@ from adaptive_rag.plumbing.bootstrap import auroc_ci
 SCORES = ("p(<RET>)", "1 − min p", "max entropy")
 
 
-def answer_scores(chosen_probs: list[float], entropies: list[float]) -> dict[str, float]:
+def answer_scores(chosen_probs: list[float], entropies: list[float], vocab_size: int) -> dict[str, float]:
     """``1 − min p`` and ``max entropy`` of an answer from the probability of each chosen token and each step's
-    entropy; an empty answer counts as unsure as can be by the first and certain by the second."""
+    entropy. An empty answer is as unsure as can be by both (1 and log of the vocabulary): with ``<RET>`` banned, a
+    model that ends at once is where the gate would have retrieved."""
     if not chosen_probs:
-        return {"1 − min p": 1.0, "max entropy": 0.0}
+        return {"1 − min p": 1.0, "max entropy": math.log(vocab_size)}
     return {"1 − min p": 1.0 - min(chosen_probs), "max entropy": max(entropies)}
 
 
 def answer_length(texts: list[str]) -> int:
     """How many of the tokens (``texts``: the decoded text after each token) make up the answer part: up to a blank
-    line or the Alpaca section marker, as ``response_text`` cuts it; at least one."""
-    from data_builders.adapt_llm_prompts import SECTION_MARKER
+    line or the Alpaca section marker, as ``response_text`` cuts it; 0 where the answer part is empty."""
+    from data_builders.adapt_llm_prompts import SECTION_MARKER, response_text
 
     for n, text in enumerate(texts, 1):
         body = text.lstrip()
         if "\n\n" in body or SECTION_MARKER in body:
-            return max(1, n - 1)
+            # the token that ends the answer is not part of it; nor is any before it where the answer is empty
+            return n - 1 if n > 1 and response_text(texts[n - 2]) else 0
     return len(texts)
 
 
@@ -62,23 +66,28 @@ def reanswer(model_dir: str, questions: dict[str, str], variant: str, batch_size
     answer part (``tokens``) and its scores."""
     import torch
     from tqdm import tqdm
+    from transformers import GenerationConfig
 
     from adaptive_rag.lm.models import ModelOptions, load_causal_lm
     from data_builders.adapt_llm_prompts import RET_TOKEN, parametric_prompt, response_text
     from inference.adapt_gate.ret_token import text_piece_ids
 
     model, tokenizer = load_causal_lm(model_dir, ModelOptions(device="cpu", dtype="float32"))
-    # an added <RET> is one token; plain-text <RET> (ret_token: text) is banned as its sequence of pieces
+    # an added <RET> is one token. Plain-text <RET> (ret_token: text) is banned as its sequence of pieces, which
+    # generate bans at its last piece: the model may still write its first pieces.
     banned = [[tokenizer.convert_tokens_to_ids(RET_TOKEN)]] if RET_TOKEN in tokenizer.get_vocab() \
         else [text_piece_ids(tokenizer)]
     out, ids = {}, list(questions)
     for start in tqdm(range(0, len(ids), batch_size), desc=f"re-answer {Path(model_dir).name}", leave=False):
         chunk = ids[start:start + batch_size]
         enc = tokenizer([parametric_prompt(questions[i], variant) for i in chunk], return_tensors="pt", padding=True)
+        # a fresh generation config: the scores are the logits with <RET> banned and nothing else the model's own
+        # config might add (a repetition penalty would change the probabilities read)
+        config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, output_scores=True,
+                                  return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id,
+                                  eos_token_id=tokenizer.eos_token_id, bad_words_ids=banned)
         with torch.no_grad():
-            gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, output_scores=True,
-                                 return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id,
-                                 bad_words_ids=banned)
+            gen = model.generate(**enc, generation_config=config)
         logp = torch.stack(gen.scores, dim=1).float().log_softmax(-1)  # batch x steps x vocab; <RET> banned
         new = gen.sequences[:, enc["input_ids"].shape[1]:]
         chosen = logp.gather(-1, new[:, :logp.shape[1], None]).squeeze(-1).exp()
@@ -90,7 +99,7 @@ def reanswer(model_dir: str, questions: dict[str, str], variant: str, batch_size
             texts = [tokenizer.decode(tokens[:n + 1], skip_special_tokens=True) for n in range(len(tokens))]
             n = answer_length(texts) if tokens else 0
             out[qid] = {"id": qid, "answer": response_text(texts[n - 1] if n else ""), "tokens": tokens[:n],
-                        **answer_scores(chosen[row, :n].tolist(), ent[row, :n].tolist())}
+                        **answer_scores(chosen[row, :n].tolist(), ent[row, :n].tolist(), logp.shape[-1])}
     return out
 
 
@@ -102,31 +111,49 @@ def scored(gate: dict, answers: dict[str, dict], score: str) -> dict:
 
 
 def load_or_answer(path: Path, model_dir: str, memory: Path, batch_size: int) -> dict[str, dict]:
-    """The re-answers of ``memory``'s questions, cached in ``path`` (JSON lines) so a rerun reads them."""
-    if path.is_file():
-        return {r["id"]: r for r in map(json.loads, path.read_text().splitlines())}
+    """The re-answers of ``memory``'s questions, cached in ``path`` (JSON lines) so a rerun reads them. Beside it,
+    ``path.meta.json`` records what they answered; a cache for another model, other questions or other settings is
+    refused rather than read (a rebuilt world keeps its folder names)."""
     from inference.commands.report import load_eval_run
 
     run = load_eval_run(memory, memory.name)
     questions = {rec.id: rec.question for rec in run.records()}
-    answers = reanswer(model_dir, questions, run.config.get("prompt_variant") or "paper", batch_size)
+    # the gate's recorded settings: the parametric prompt and the answer's budget it was evaluated with
+    variant = run.config.get("gate_prompt_variant") or "paper"
+    max_new_tokens = int(run.config.get("gate_max_new_tokens") or 20)
+    meta = {"model": str(Path(model_dir).resolve()), "prompt_variant": variant, "max_new_tokens": max_new_tokens,
+            "questions": hashlib.sha256(json.dumps(questions, sort_keys=True).encode()).hexdigest()}
+    meta_path = path.with_suffix(".meta.json")
+    if path.is_file():
+        if not meta_path.is_file() or json.loads(meta_path.read_text()) != meta:
+            raise ValueError(f"{path}: re-answers cached for another model, questions or settings (see "
+                             f"{meta_path.name}); delete it to answer again")
+        return {r["id"]: r for r in map(json.loads, path.read_text().splitlines())}
+    answers = reanswer(model_dir, questions, variant, batch_size, max_new_tokens)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in answers.values()))
+    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
     return answers
 
 
-def agreement(answers: dict[str, dict], memory: Path) -> tuple[int, int]:
+def agreement(answers: dict[str, dict], memory: Path) -> str:
+    """How many re-answers equal the recorded answers from memory, of the questions both have, split by the prompt
+    that gave the recorded answer: the parametric one, or the NR prompt where the parametric answer was ``<RET>``."""
     from inference.commands.report import load_eval_run
 
-    recs = {rec.id: rec.output.strip() for rec in load_eval_run(memory, memory.name).records()}
+    recs = {rec.id: rec for rec in load_eval_run(memory, memory.name).records()}
     both = [i for i in answers if i in recs]
-    return sum(answers[i]["answer"] == recs[i] for i in both), len(both)
+    by_nr = {i for i in both if recs[i].gate is not None and recs[i].gate.answered_by == "closed_book"}
+    same = {i for i in both if answers[i]["answer"] == recs[i].output.strip()}
+    return (f"{len(same)} of {len(both)} ({len(same - by_nr)} of {len(both) - len(by_nr)} answered by the parametric "
+            f"prompt, {len(same & by_nr)} of {len(by_nr)} by the NR prompt after a <RET>)")
 
 
 def report(gates: dict[str, dict], tunes: dict[str, dict], answers: dict[str, dict], tune_answers: dict[str, dict],
            ar: dict, labels: dict[str, str], max_share: float) -> list[str]:
     lines = [f"| gate | score | AUROC vs unknown | best at share <= {max_share:g} (this half, a bound) | "
-             "tuning threshold | share | accuracy | − AR, paired |", "|---|---|---|---|---|---|---|---|"]
+             "tuning threshold (its share, accuracy there) | share | accuracy | − AR, paired |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, gate in gates.items():
         for score in SCORES:
             rows = scored(gate, answers[name], score)
@@ -136,10 +163,10 @@ def report(gates: dict[str, dict], tunes: dict[str, dict], answers: dict[str, di
             best = best_point(curve(rows), max_share)
             cells = [f"{auc[0]:.3f} [{auc[1]:.3f}, {auc[2]:.3f}]", f"{best[2]:.3f} (share {best[1]:.3f})"]
             if name in tunes:
-                t = best_point(curve(scored(tunes[name], tune_answers[name], score)), max_share)[0]
+                t, t_share, t_acc = best_point(curve(scored(tunes[name], tune_answers[name], score)), max_share)
                 decided = decide(rows, t)
                 acc = [decided[i][1] for i in ids]
-                cells += [f"{t:.4f}", _ci([float(decided[i][0]) for i in ids]), _ci(acc),
+                cells += [f"{t:.4f} ({t_share:.3f}, {t_acc:.3f})", _ci([float(decided[i][0]) for i in ids]), _ci(acc),
                           _diff(acc, [ar[i]["acc"] for i in ids])]
             else:
                 cells += ["-"] * 4
@@ -158,6 +185,22 @@ def _split(spec: str, flag: str, n: int, what: str) -> tuple[str, list[str]]:
     if n == 4 and not Path(parts[0]).is_dir():
         raise ValueError(f"{flag} {spec}: {parts[0]} is not a model folder")
     return name, parts
+
+
+def answer_all(specs: dict[str, list[str]], tune_specs: dict[str, list[str]], cache: Path, batch_size: int):
+    """Each gate's rows and re-answers on the evaluation half (and the tuning half where given), and how often the
+    re-answers equal the recorded answers."""
+    gates, tunes, answers, tune_answers, agree = {}, {}, {}, {}, []
+    for name, (model, *folders) in specs.items():
+        halves = [("evaluation", "eval", folders, gates, answers)]
+        if name in tune_specs:
+            halves.append(("tuning", "tune", tune_specs[name], tunes, tune_answers))
+        for half, tag, half_folders, rows, re_answers in halves:
+            rows[name] = gate_answers(*(per_question(Path(f)) for f in half_folders))
+            memory = Path(half_folders[1])
+            re_answers[name] = load_or_answer(cache / f"{name}-{tag}.jsonl", model, memory, batch_size)
+            agree.append(f"{name} ({half} half) {agreement(re_answers[name], memory)}")
+    return gates, tunes, answers, tune_answers, agree
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,19 +224,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out)
-    cache = out.with_suffix("")
-    gates, tunes, answers, tune_answers, agree = {}, {}, {}, {}, []
-    for name, (model, *folders) in specs.items():
-        gates[name] = gate_answers(*(per_question(Path(f)) for f in folders))
-        answers[name] = load_or_answer(cache / f"{name}-eval.jsonl", model, Path(folders[1]), args.batch_size)
-        agree.append(f"{name} (evaluation half) {'{} of {}'.format(*agreement(answers[name], Path(folders[1])))}")
-        if name in tune_specs:
-            folders_t = tune_specs[name]
-            tunes[name] = gate_answers(*(per_question(Path(f)) for f in folders_t))
-            tune_answers[name] = load_or_answer(cache / f"{name}-tune.jsonl", model, Path(folders_t[1]),
-                                                args.batch_size)
-            agree.append(f"{name} (tuning half) "
-                         f"{'{} of {}'.format(*agreement(tune_answers[name], Path(folders_t[1])))}")
+    try:
+        gates, tunes, answers, tune_answers, agree = answer_all(specs, tune_specs, out.with_suffix(""),
+                                                                args.batch_size)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     ar = per_question(Path(args.ar))
     lines = report(gates, tunes, answers, tune_answers, ar, labels_of(Path(args.ar)), args.max_share)
     lines += ["", "Re-answers equal to the recorded answers from memory: " + ", ".join(agree)]
