@@ -28,6 +28,7 @@ import hashlib
 import json
 import math
 import sys
+from functools import cache
 from pathlib import Path
 
 from gate_operating import _ci, _diff, best_point, curve, decide, gate_answers
@@ -77,15 +78,15 @@ def reanswer(model_dir: str, questions: dict[str, str], variant: str, batch_size
     # generate bans at its last piece: the model may still write its first pieces.
     banned = [[tokenizer.convert_tokens_to_ids(RET_TOKEN)]] if RET_TOKEN in tokenizer.get_vocab() \
         else [text_piece_ids(tokenizer)]
+    # a fresh generation config: the scores are the logits with <RET> banned and nothing else the model's own
+    # config might add (a repetition penalty would change the probabilities read)
+    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, output_scores=True,
+                              return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id,
+                              eos_token_id=tokenizer.eos_token_id, bad_words_ids=banned)
     out, ids = {}, list(questions)
     for start in tqdm(range(0, len(ids), batch_size), desc=f"re-answer {Path(model_dir).name}", leave=False):
         chunk = ids[start:start + batch_size]
         enc = tokenizer([parametric_prompt(questions[i], variant) for i in chunk], return_tensors="pt", padding=True)
-        # a fresh generation config: the scores are the logits with <RET> banned and nothing else the model's own
-        # config might add (a repetition penalty would change the probabilities read)
-        config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, output_scores=True,
-                                  return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id,
-                                  eos_token_id=tokenizer.eos_token_id, bad_words_ids=banned)
         with torch.no_grad():
             gen = model.generate(**enc, generation_config=config)
         logp = torch.stack(gen.scores, dim=1).float().log_softmax(-1)  # batch x steps x vocab; <RET> banned
@@ -110,13 +111,19 @@ def scored(gate: dict, answers: dict[str, dict], score: str) -> dict:
     return {i: {**row, "score": answers[i][score]} for i, row in gate.items() if i in answers}
 
 
+@cache
+def _memory_run(memory: Path):
+    """The evaluation run answering from memory, read once: the re-answer and the agreement both read it."""
+    from inference.commands.report import load_eval_run
+
+    return load_eval_run(memory, memory.name)
+
+
 def load_or_answer(path: Path, model_dir: str, memory: Path, batch_size: int) -> dict[str, dict]:
     """The re-answers of ``memory``'s questions, cached in ``path`` (JSON lines) so a rerun reads them. Beside it,
     ``path.meta.json`` records what they answered; a cache for another model, other questions or other settings is
     refused rather than read (a rebuilt world keeps its folder names)."""
-    from inference.commands.report import load_eval_run
-
-    run = load_eval_run(memory, memory.name)
+    run = _memory_run(memory)
     questions = {rec.id: rec.question for rec in run.records()}
     # the gate's recorded settings: the parametric prompt and the answer's budget it was evaluated with
     variant = run.config.get("gate_prompt_variant") or "paper"
@@ -139,9 +146,7 @@ def load_or_answer(path: Path, model_dir: str, memory: Path, batch_size: int) ->
 def agreement(answers: dict[str, dict], memory: Path) -> str:
     """How many re-answers equal the recorded answers from memory, of the questions both have, split by the prompt
     that gave the recorded answer: the parametric one, or the NR prompt where the parametric answer was ``<RET>``."""
-    from inference.commands.report import load_eval_run
-
-    recs = {rec.id: rec for rec in load_eval_run(memory, memory.name).records()}
+    recs = {rec.id: rec for rec in _memory_run(memory).records()}
     both = [i for i in answers if i in recs]
     by_nr = {i for i in both if recs[i].gate is not None and recs[i].gate.answered_by == "closed_book"}
     same = {i for i in both if answers[i]["answer"] == recs[i].output.strip()}
